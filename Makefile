@@ -1,0 +1,37 @@
+# The two commands a new user runs: `make demo` and `make test`. Both create .venv.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint typecheck pytest fuzz bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.runtime: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@ $(VENV)/.runtime
+
+demo: $(VENV)/.runtime
+	$(BIN)/ctxbudget demo
+
+test: $(VENV)/.dev
+	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff format --check src tests bench scripts
+	$(BIN)/mypy --strict src
+	$(BIN)/python -m pytest
+
+fuzz: $(VENV)/.dev
+	CTXBUDGET_FUZZ=1 HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests -m fuzz -p no:cacheprovider
+
+bench: $(VENV)/.dev
+	$(BIN)/python -m pip install -q -e '.[bench]'
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,383 @@
+"""The agent loop: count (usage-first), check the rule, compact, request, recover from overflow.
+
+Everything the session says goes to the archive before the loop moves on, so a session killed
+at any moment resumes from its archive with nothing acknowledged lost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ctxbudget.agent.events import CompactionRecord, EventSink, LoopEvent, SessionSummary, Trigger
+from ctxbudget.agent.settings import (
+    compaction_line,
+    policy_for,
+    reply_reserve,
+    restored_compactions,
+)
+from ctxbudget.budget.context import RequestCounterLike, context_tokens
+from ctxbudget.budget.floor import check_prompt_floor
+from ctxbudget.budget.rules import Checkpoint, Policy, validate_window
+from ctxbudget.errors import CompactionError, ConfigError, ContextOverflowError, ProviderError
+from ctxbudget.messages.model import Message, Request, ToolCall, ToolSpec
+from ctxbudget.providers.base import Completion, Provider
+
+if TYPE_CHECKING:
+    from ctxbudget.compaction.archive import Archive, ArchiveState
+    from ctxbudget.compaction.strategies import CompactionResult
+    from ctxbudget.compaction.summarizer import Summarizer
+
+__all__ = [
+    "DEFAULT_MAX_COMPACTIONS_PER_TURN",
+    "DEFAULT_MAX_STEPS_PER_TURN",
+    "Agent",
+    "ToolExecutor",
+]
+
+ToolExecutor = Callable[[ToolCall], str]
+
+# 3: enough for one compaction before a request, one after a long tool step and one on
+# overflow; a cap at all makes a compaction loop impossible (Codex users reported 111
+# compactions in one turn).
+DEFAULT_MAX_COMPACTIONS_PER_TURN = 3
+# 32 model calls without a final answer is a runaway tool loop, not a task.
+DEFAULT_MAX_STEPS_PER_TURN = 32
+
+
+def _default_counter(name: str) -> RequestCounterLike:
+    from ctxbudget.counting import RequestCounter  # imported late: loads a vocabulary
+
+    counter: RequestCounterLike = RequestCounter(name)
+    return counter
+
+
+class Agent:
+    """One chat session on a `Provider`, kept inside the window by a trigger rule.
+
+    ``window`` defaults to the provider's. ``policy`` is a rule name (``ctxbudget`` by default)
+    or a `Policy`. ``tools`` are executed by ``tool_executor``. Events go to ``on_event`` and,
+    with the messages, usage and compactions, to ``archive``.
+    """
+
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        system: str = "",
+        tools: Sequence[ToolSpec] = (),
+        window: int | None = None,
+        policy: str | Policy = "ctxbudget",
+        strategy: str = "layered",
+        counter: RequestCounterLike | str | None = None,
+        summarizer: Summarizer | None = None,
+        tool_executor: ToolExecutor | None = None,
+        archive: Archive | None = None,
+        on_event: EventSink | None = None,
+        max_output_tokens: int | None = None,
+        max_compactions_per_turn: int = DEFAULT_MAX_COMPACTIONS_PER_TURN,
+        max_steps_per_turn: int = DEFAULT_MAX_STEPS_PER_TURN,
+        model: str | None = None,
+    ) -> None:
+        chosen = window if window is not None else provider.window
+        if chosen is None:
+            raise ConfigError(f"no window for provider {provider.name!r}; pass window=N tokens")
+        self.provider = provider
+        self.window = validate_window(chosen)
+        self.configured_window = self.window
+        self._policy_spec = policy
+        self.max_output_tokens = max_output_tokens
+        self.policy = policy_for(policy, self.window, max_output_tokens)
+        self.strategy = strategy
+        if counter is None or isinstance(counter, str):
+            counter = _default_counter(counter or provider.tokenizer or "ctxbudget")
+        self.counter: RequestCounterLike = counter
+        self.summarizer = summarizer if summarizer is not None else _summarizer_of(provider)
+        self.tool_executor = tool_executor
+        self.archive = archive
+        self.on_event = on_event
+        self.max_compactions_per_turn = max_compactions_per_turn
+        self.max_steps_per_turn = max_steps_per_turn
+        self.system = system
+        self.tools = tuple(tools)
+        self.model = model
+        self.messages: tuple[Message, ...] = ()
+        """The model's view: what the next request sends."""
+        self.history: list[Message] = []
+        """Everything ever said in the session, compacted or not."""
+        self.turn = 0
+        self.compaction_id: str | None = None
+        self.compactions: list[CompactionRecord] = []
+        self.overflows = 0
+        self.max_request_tokens = 0
+        self.floor_tokens = 0
+        self._turn_compactions = 0
+        self._floor_checked = False
+
+    # -- the request ---------------------------------------------------------------------
+
+    def request(self) -> Request:
+        """The request the next call would send."""
+        return Request(
+            system=self.system,
+            tools=self.tools,
+            messages=self.messages,
+            max_output_tokens=self.max_output_tokens,
+            model=self.model,
+        )
+
+    def context_tokens(self) -> int:
+        """The next request's size, usage-first (the provider's last count + what came since)."""
+        estimate = context_tokens(self.request(), self.counter, compaction_id=self.compaction_id)
+        return estimate.tokens
+
+    def check_floor(self) -> None:
+        """Raise `PromptFloorExceeded` when system + tools + reply reserve exceed the window."""
+        request = self.request()
+        count = self.counter.count(request)
+        self.floor_tokens = count.floor
+        reserve = reply_reserve(self.policy, self.max_output_tokens)
+        check_prompt_floor(
+            count,
+            self.window,
+            reserve,
+            provider_name=self.provider.name,
+            base_url=getattr(self.provider, "base_url", None),
+            request=request,
+        )
+        self._floor_checked = True
+
+    # -- events and records --------------------------------------------------------------
+
+    def _emit(self, kind: Any, **data: Any) -> None:
+        event = LoopEvent(kind=kind, turn=self.turn, data=data)
+        if self.archive is not None and kind not in ("usage", "compaction"):
+            # Meta records merge by key on load: "event" keeps the latest, the file keeps all.
+            self.archive.append_meta({"event": event.to_json()})
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def _add(self, message: Message) -> None:
+        if self.archive is not None:
+            self.archive.append_message(message)
+        self.history.append(message)
+        self.messages = (*self.messages, message)
+
+    # -- one user turn -------------------------------------------------------------------
+
+    def run_turn(self, text: str) -> Message:
+        """Send one user message and run the model (and its tools) to a final answer."""
+        self.turn += 1
+        self._turn_compactions = 0
+        self._emit("turn", user_chars=len(text))
+        self._add(Message(role="user", content=text))
+        return self._run()
+
+    def pending(self) -> bool:
+        """True when the last turn did not reach a final answer (a resumed, interrupted one)."""
+        if not self.messages:
+            return False
+        last = self.messages[-1]
+        return last.role != "assistant" or bool(last.tool_calls)
+
+    def finish_turn(self) -> Message | None:
+        """Complete an interrupted turn: run missing tool calls, then ask the model again."""
+        if not self.pending():
+            return None
+        self._turn_compactions = 0
+        last = self.messages[-1]
+        if last.role == "assistant":
+            self._run_tools(last.tool_calls)
+        return self._run()
+
+    def _run(self) -> Message:
+        if not self._floor_checked:
+            self.check_floor()
+        for _ in range(self.max_steps_per_turn):
+            self._maybe_compact("before_request")
+            reply = self._call()
+            if reply.tool_calls:
+                self._run_tools(reply.tool_calls)
+                self._maybe_compact("after_step")
+                continue
+            self._maybe_compact("after_step", "task_end")
+            return reply
+        raise ProviderError(
+            f"turn {self.turn}: the model made {self.max_steps_per_turn} calls without a final "
+            "answer; stopped (raise max_steps_per_turn if the task needs more)"
+        )
+
+    def _run_tools(self, calls: Sequence[ToolCall]) -> None:
+        answered = {m.tool_call_id for m in self.messages if m.role == "tool"}
+        for call in calls:
+            if call.id in answered:
+                continue
+            if self.tool_executor is None:
+                output = f"error: no tool executor for {call.name!r}"
+            else:
+                output = self.tool_executor(call)
+            self._emit("tool", name=call.name, id=call.id, chars=len(output))
+            self._add(Message(role="tool", content=output, tool_call_id=call.id, name=call.name))
+
+    # -- the request and its recovery ----------------------------------------------------
+
+    def _send(self) -> Completion:
+        request = self.request()
+        self._emit("request", estimate=self.context_tokens(), messages=len(request.messages))
+        return self.provider.complete(request)
+
+    def _call(self) -> Message:
+        try:
+            completion = self._send()
+        except ContextOverflowError as exc:
+            self._overflowed(exc)
+            self._compact("context_overflow", scale=self._undercount(exc))
+            try:
+                completion = self._send()
+            except ContextOverflowError as again:
+                self._overflowed(again)
+                raise CompactionError(
+                    f"turn {self.turn}: the request still exceeds the model's window after "
+                    f"compacting ({_one_line(str(again))}); lower the window or the reserve"
+                ) from again
+        return self._record(completion)
+
+    def _undercount(self, exc: ContextOverflowError) -> float:
+        """Our count over the server's, when the server said how long the prompt was (< 1)."""
+        real = exc.prompt_tokens
+        ours = self.counter.count(self.request()).total
+        return min(1.0, ours / real) if real and ours > 0 else 1.0
+
+    def _overflowed(self, exc: ContextOverflowError) -> None:
+        self.overflows += 1
+        if self.archive is not None:
+            self.archive.append_meta({"overflows": self.overflows})
+        self._emit(
+            "overflow",
+            limit=exc.limit,
+            prompt_tokens=exc.prompt_tokens,
+            message=_one_line(str(exc)),
+        )
+        if exc.limit is not None and exc.limit > 0 and exc.limit != self.window:
+            old, self.window = self.window, exc.limit
+            self.policy = policy_for(self._policy_spec, self.window, self.max_output_tokens)
+            if self.archive is not None:
+                self.archive.append_meta({"window": self.window})
+            self._emit(
+                "window_changed",
+                old=old,
+                window=self.window,
+                reason="the server stated its real context length",
+            )
+            self.check_floor()
+
+    def _record(self, completion: Completion) -> Message:
+        usage = dataclasses.replace(
+            completion.usage,
+            compaction_id=self.compaction_id,
+            timestamp=completion.usage.timestamp or time.time(),
+        )
+        reply = dataclasses.replace(completion.message, usage=usage)
+        self.max_request_tokens = max(self.max_request_tokens, usage.input_tokens)
+        self._add(reply)
+        if self.archive is not None:
+            self.archive.append_usage(usage, len(self.history) - 1)
+        self._emit("usage", input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
+        return reply
+
+    # -- compaction ------------------------------------------------------------------------
+
+    def _maybe_compact(self, *checkpoints: Checkpoint) -> None:
+        if not any(c in self.policy.checked for c in checkpoints):
+            return
+        tokens = self.context_tokens()
+        if not self.policy.fires(tokens, self.window):
+            return
+        if self._turn_compactions >= self.max_compactions_per_turn:
+            self._emit("capped", tokens=tokens, cap=self.max_compactions_per_turn)
+            return
+        self._compact("context_pressure")
+
+    def _compact(self, trigger: Trigger, *, scale: float = 1.0) -> CompactionResult:
+        """Compact the view; ``scale`` < 1 lowers the line when our counter proved low."""
+        from ctxbudget.compaction.strategies import compact
+
+        # The cap binds pressure compactions (`_maybe_compact`); an overflow compaction is
+        # already bounded (once per request, then a clear error) and is the only way forward.
+        self._turn_compactions += 1
+        request = self.request()
+        floor = self.counter.count(request).floor
+        line = compaction_line(self.policy, self.window, floor, self.max_output_tokens)
+        line = max(floor + 1, int(line * scale))
+        result = compact(
+            request,
+            self.counter,
+            threshold=line,
+            strategy=self.strategy,
+            summarizer=self.summarizer,
+            compaction_id=f"c{len(self.compactions) + 1}-{time.time_ns():x}",
+        )
+        self.messages = result.messages
+        self.compaction_id = result.compaction_id
+        record = CompactionRecord(
+            turn=self.turn,
+            trigger=trigger,
+            strategy=result.strategy,
+            messages_before=result.messages_before,
+            messages_after=result.messages_after,
+            tokens_before=result.tokens_before,
+            tokens_after=result.tokens_after,
+        )
+        self.compactions.append(record)
+        if self.archive is not None:
+            self.archive.append_compaction(result, trigger=trigger, extra={"turn": self.turn})
+            # One key per compaction, so a resumed session still lists them all.
+            self.archive.append_meta({f"compaction.{len(self.compactions)}": record.to_json()})
+        self._emit("compaction", **record.to_json())
+        return result
+
+    def restore(self, state: ArchiveState) -> None:
+        """Continue the session ``state`` records (from ``Archive(path).resumed``)."""
+        self.messages = tuple(state.view)
+        self.history = list(state.history)
+        self.compaction_id = state.compaction_id
+        self.turn = sum(1 for m in state.history if m.role == "user" and not m.is_summary)
+        meta = state.meta
+        window = meta.get("window")
+        if isinstance(window, int) and not isinstance(window, bool) and window > 0:
+            self.window = window
+            self.policy = policy_for(self._policy_spec, window, self.max_output_tokens)
+        overflows = meta.get("overflows")
+        self.overflows = overflows if isinstance(overflows, int) else 0
+        self.compactions = restored_compactions(meta)
+        self.max_request_tokens = max((u.input_tokens for _, u in state.usage), default=0)
+
+    # -- summary ---------------------------------------------------------------------------
+
+    def summary(self, archive_path: str | Path | None = None) -> SessionSummary:
+        """The session's numbers, as ``ctxbudget demo --json`` prints them."""
+        path = archive_path
+        if path is None and self.archive is not None:
+            path = getattr(self.archive, "path", None)
+        return SessionSummary(
+            window=self.window,
+            turns=self.turn,
+            floor_tokens=self.floor_tokens,
+            max_request_tokens=self.max_request_tokens,
+            overflows=self.overflows,
+            archive=str(path) if path is not None else None,
+            compactions=tuple(self.compactions),
+            configured_window=self.configured_window,
+        )
+
+
+def _summarizer_of(provider: Provider) -> Summarizer | None:
+    summarize = getattr(provider, "summarize", None)
+    return provider if callable(summarize) else None  # type: ignore[return-value]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

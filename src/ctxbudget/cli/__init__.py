@@ -1,0 +1,1 @@
+"""The ctxbudget command line: one module per command, registered in ``main``."""

@@ -1,0 +1,219 @@
+"""``ctxbudget demo``: the agent loop on the embedded mock model, offline, with a budget bar.
+
+Also the terminal view shared with ``ctxbudget chat``: the bar, the compaction lines and the
+summary table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ctxbudget.agent.events import LoopEvent, SessionSummary
+from ctxbudget.agent.loop import Agent
+from ctxbudget.agent.session import open_archive
+from ctxbudget.budget.rules import POLICY_NAMES
+from ctxbudget.compaction.strategies import STRATEGY_NAMES
+from ctxbudget.errors import ConfigError
+from ctxbudget.providers.mock import MockProvider
+from ctxbudget.providers.scenarios import SCENARIO_NAMES
+
+__all__ = ["BudgetView", "default_archive_path", "demo_command", "print_summary"]
+
+# Small enough that compactions happen: the coding scenario's largest tool output is about
+# 1,300 tokens; the chat scenario's window is the seed's experiment (1,200, 17 turns).
+DEFAULT_WINDOWS = {"coding": 4096, "chat": 1200}
+DEFAULT_TURNS = {"coding": 12, "chat": 17}
+BAR_WIDTH = 24
+
+
+def default_archive_path(prefix: str = "demo") -> Path:
+    """A fresh archive file under the user's cache folder (``$XDG_CACHE_HOME/ctxbudget``)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ctxbudget"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return base / "sessions" / f"{prefix}-{stamp}-{os.getpid()}.jsonl"
+
+
+def budget_bar(floor: int, conversation: int, reserve: int, window: int) -> str:
+    """``[floor|conversation|free|reserve]`` as rich markup, ``BAR_WIDTH`` cells wide."""
+    free = max(0, window - reserve - floor - conversation)
+    parts = [(floor, "blue", "█"), (conversation, "green", "█"), (free, "white", "·")]
+    parts.append((min(reserve, window), "yellow", "▒"))
+    total = max(1, sum(p[0] for p in parts))
+    cells = [round(BAR_WIDTH * n / total) for n, _, _ in parts]
+    cells[2] += BAR_WIDTH - sum(cells)
+    return "".join(
+        f"[{c}]{ch * max(0, k)}[/{c}]" for (_, c, ch), k in zip(parts, cells, strict=True)
+    )
+
+
+class BudgetView:
+    """Prints a line per turn (budget bar) and each compaction, overflow and window change."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def event(self, event: LoopEvent) -> None:
+        """The loop's event callback."""
+        d = event.data
+        if event.kind == "compaction":
+            self.console.print(
+                f"  [magenta]compaction[/magenta] ({d['trigger']}, {d['strategy']}): "
+                f"{d['messages_before']} → {d['messages_after']} messages, "
+                f"{d['tokens_before']:,} → {d['tokens_after']:,} tokens"
+            )
+        elif event.kind == "overflow":
+            self.console.print(f"  [red]overflow[/red]: {d['message']}", markup=True)
+        elif event.kind == "window_changed":
+            self.console.print(f"  [red]window[/red] {d['old']:,} → {d['window']:,}: {d['reason']}")
+        elif event.kind == "capped":
+            self.console.print(f"  [red]compaction cap[/red] {d['cap']} reached this turn")
+
+    def turn(self, agent: Agent) -> None:
+        """One line for the turn just finished: the budget bar and its numbers."""
+        tokens = agent.context_tokens()
+        floor = agent.floor_tokens
+        reserve = agent.window - agent.policy.threshold(agent.window)
+        conversation = max(0, tokens - floor)
+        free = max(0, agent.window - reserve - tokens)
+        self.console.print(
+            f"turn {agent.turn:>3} {budget_bar(floor, conversation, reserve, agent.window)} "
+            f"floor {floor:,} | conversation {conversation:,} | free {free:,} | "
+            f"reserve {reserve:,}"
+        )
+
+
+def print_summary(console: Console, summary: SessionSummary) -> None:
+    """The table of compactions and the session's totals."""
+    table = Table(title="compactions", show_lines=False)
+    for name in ("turn", "trigger", "strategy", "messages", "tokens (whole request)"):
+        table.add_column(name)
+    for c in summary.compactions:
+        table.add_row(
+            str(c.turn),
+            c.trigger,
+            c.strategy,
+            f"{c.messages_before} → {c.messages_after}",
+            f"{c.tokens_before:,} → {c.tokens_after:,}",
+        )
+    console.print(table)
+    console.print(
+        f"window {summary.window:,} | turns {summary.turns} | floor {summary.floor_tokens:,} | "
+        f"largest request {summary.max_request_tokens:,} | overflows {summary.overflows} | "
+        f"compactions {len(summary.compactions)}"
+    )
+    if summary.archive:
+        console.print(f"archive: {summary.archive}", soft_wrap=True)
+
+
+def _write_html(archive: str, window: int, html: Path) -> None:
+    from ctxbudget.replay.analyze import replay_file
+    from ctxbudget.replay.html import write_html
+
+    write_html(replay_file(archive, "ctxbudget", windows=[window]), html)
+
+
+@click.command("demo")
+@click.option("--window", type=int, default=None, help="Context window (default: 4096, chat 1200).")
+@click.option("--turns", type=int, default=None, help="User turns to run (default: 12, chat 17).")
+@click.option("--scenario", type=click.Choice(SCENARIO_NAMES), default="coding", show_default=True)
+@click.option("--policy", type=click.Choice(POLICY_NAMES), default="ctxbudget", show_default=True)
+@click.option("--strategy", type=click.Choice(STRATEGY_NAMES), default="layered", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the session summary as JSON.")
+@click.option(
+    "--archive",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Session file (JSONL); an existing one is resumed. Default: a new file in the cache.",
+)
+@click.option(
+    "--html",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the replay page of this session.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fake repo.")
+@click.option("--counter", default=None, hidden=True, help="Loop counter (default: qwen3).")
+@click.option("--step-delay", type=float, default=0.0, hidden=True, help="Seconds per call.")
+def demo_command(
+    window: int | None,
+    turns: int | None,
+    scenario: str,
+    policy: str,
+    strategy: str,
+    as_json: bool,
+    archive: Path | None,
+    html: Path | None,
+    seed: int,
+    counter: str | None,
+    step_delay: float,
+) -> None:
+    """Run the agent loop on the mock model: no network, no API key.
+
+    \b
+    Examples:
+      ctxbudget demo                                   coding agent, window 4096
+      ctxbudget demo --scenario chat --window 1200 --turns 17
+      ctxbudget demo --policy pi --strategy truncate --json
+      ctxbudget demo --archive run.jsonl               resume run.jsonl if it exists
+      ctxbudget demo --html demo.html                  the replay page of the session
+    """
+    if turns is not None and turns < 1:
+        raise ConfigError(f"--turns must be at least 1, got {turns}")
+    console = Console(stderr=as_json, quiet=as_json, highlight=False)
+    view = BudgetView(console)
+    path = archive or default_archive_path()
+    settings: dict[str, Any] = {
+        "scenario": scenario,
+        "window": window or DEFAULT_WINDOWS[scenario],
+        "policy": policy,
+        "strategy": strategy,
+        "seed": seed,
+    }
+    with open_archive(
+        path, settings, warn=lambda t: click.echo(f"ctxbudget: {t}", err=True)
+    ) as opened:
+        chosen = opened.settings
+        provider = MockProvider(chosen["scenario"], seed=chosen["seed"], delay=step_delay)
+        scene = provider.scenario
+        assert scene is not None
+        agent = Agent(
+            provider,
+            system=scene.system,
+            tools=scene.tools,
+            window=chosen["window"],
+            policy=chosen["policy"],
+            strategy=chosen["strategy"],
+            counter=counter,
+            tool_executor=scene.run_tool,
+            archive=opened.archive,
+            on_event=view.event,
+            max_output_tokens=scene.max_output,
+        )
+        agent.restore(opened.state)
+        want = turns or DEFAULT_TURNS[chosen["scenario"]]
+        if opened.resumed:
+            console.print(f"resuming {path} at turn {agent.turn} of {want}")
+        agent.check_floor()
+        if agent.pending():
+            agent.finish_turn()
+            view.turn(agent)
+        while agent.turn < want:
+            agent.run_turn(scene.user_message(agent.turn + 1))
+            view.turn(agent)
+        summary = agent.summary(path)
+    if as_json:
+        click.echo(json.dumps(summary.to_json(), ensure_ascii=False))
+    else:
+        print_summary(console, summary)
+    if html is not None:
+        _write_html(str(path), summary.window, html)
+        if not as_json:
+            console.print(f"page: {html}")

@@ -1,0 +1,157 @@
+"""The summarizer call: the Summarizer protocol, its request, and shrinking that request to fit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+from ctxbudget.compaction.cut import shorten_text, steps
+from ctxbudget.compaction.handoff import HANDOFF_TEMPLATE, FileActivity
+from ctxbudget.errors import CompactionError
+from ctxbudget.messages.model import Message, Request
+
+__all__ = [
+    "CLIP_STEPS",
+    "SUMMARIZER_SYSTEM",
+    "ProviderSummarizer",
+    "Summarizer",
+    "fit_summarizer_request",
+    "summarizer_request",
+    "transcript",
+]
+
+# Tool outputs in the summarizer's input are clipped to this many characters (head + tail);
+# each later step clips harder before the oldest messages are dropped.
+CLIP_STEPS: tuple[int, ...] = (2_000, 800, 300)
+
+SUMMARIZER_SYSTEM = (
+    "You write handoff summaries for an agent whose earlier conversation no longer fits its "
+    "context window. Another model continues the work from your summary, the user's first "
+    "task and the most recent messages, nothing else. Fill in this template in Markdown, keeping "
+    "every ## heading; write 'none' under a heading with nothing to say. Be concrete: names, "
+    "numbers, paths, commands. Quote every error exactly, character for character. Never "
+    "invent facts. When a previous summary is given, update it: keep what is still true, change "
+    "what changed, add what is new; do not summarize the summary.\n\n" + HANDOFF_TEMPLATE
+)
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """A model call that turns a summarizer request into summary text.
+
+    An optional ``window`` attribute (int) tells compaction how big a request it accepts.
+    """
+
+    def summarize(self, request: Request) -> str: ...
+
+
+class _Completes(Protocol):
+    def complete(self, request: Request) -> object: ...
+
+
+class ProviderSummarizer:
+    """Adapts any provider (anything with ``complete(request)`` and a ``window``) to Summarizer."""
+
+    def __init__(self, provider: _Completes) -> None:
+        self.provider = provider
+        self.window: int | None = getattr(provider, "window", None)
+
+    def summarize(self, request: Request) -> str:
+        """The text of the provider's reply to the summarizer request."""
+        completion = self.provider.complete(request)
+        message = getattr(completion, "message", None)
+        return message.text if isinstance(message, Message) else ""
+
+
+def _render(m: Message, clip_chars: int) -> str:
+    if m.role == "tool":
+        text = shorten_text(m.text, clip_chars, max(0, (len(m.text) - clip_chars) // 4))
+        return f"[tool result {m.name or ''} {m.tool_call_id or ''}]\n{text}"
+    lines = [f"[{m.role}]"]
+    if m.text:
+        lines.append(shorten_text(m.text, 4 * clip_chars, max(0, len(m.text) // 4 - clip_chars)))
+    if m.images:
+        lines.append(f"[{len(m.images)} image(s)]")
+    lines.extend(
+        f"-> call {c.name} {shorten_text(c.arguments, clip_chars, 0)}" for c in m.tool_calls
+    )
+    return "\n".join(lines)
+
+
+def transcript(messages: Sequence[Message], clip_chars: int) -> str:
+    """The messages as plain text for the summarizer; tool outputs clipped head + tail."""
+    return "\n\n".join(_render(m, clip_chars) for m in messages)
+
+
+def summarizer_request(
+    previous: str | None,
+    folded: Sequence[Message],
+    *,
+    errors: Sequence[str],
+    files: FileActivity,
+    max_output_tokens: int,
+    clip_chars: int = CLIP_STEPS[0],
+) -> Request:
+    """The request asking the model for an (updated) handoff summary of ``folded``."""
+    parts = []
+    if previous:
+        parts.append(
+            "Previous summary. Update it with the conversation below; do not summarize it "
+            f"again:\n<previous-summary>\n{previous}\n</previous-summary>"
+        )
+    parts.append(
+        f"Conversation to fold in:\n<conversation>\n{transcript(folded, clip_chars)}\n"
+        "</conversation>"
+    )
+    if errors:
+        parts.append("Exact error lines (quote them verbatim under Errors):\n" + "\n".join(errors))
+    listed = [("Files read", files.read), ("Files modified", files.modified)]
+    parts.append("\n".join(f"{name}: {', '.join(items) or 'none'}" for name, items in listed))
+    parts.append(f"Write the summary now, in at most about {max_output_tokens} tokens.")
+    return Request(
+        system=SUMMARIZER_SYSTEM,
+        messages=(Message(role="user", content="\n\n".join(parts)),),
+        max_output_tokens=max_output_tokens,
+    )
+
+
+def fit_summarizer_request(
+    previous: str | None,
+    folded: Sequence[Message],
+    *,
+    errors: Sequence[str],
+    files: FileActivity,
+    max_output_tokens: int,
+    limit: int,
+    count: Callable[[Request], int],
+) -> Request:
+    """The summarizer request, shrunk in steps until it and its reply fit ``limit`` tokens.
+
+    First tool outputs are clipped harder (``CLIP_STEPS``), then the oldest steps are dropped
+    (their errors and files are still passed: those lists come from all of ``folded``).
+    """
+    budget = limit - max_output_tokens
+    pieces = steps(folded)
+    first = 0  # pieces[:first] are dropped
+    clips = CLIP_STEPS
+    while True:
+        kept = folded[pieces[first].start :] if first < len(pieces) else ()
+        for clip in clips:
+            request = summarizer_request(
+                previous,
+                kept,
+                errors=errors,
+                files=files,
+                max_output_tokens=max_output_tokens,
+                clip_chars=clip,
+            )
+            if count(request) <= budget:
+                return request
+        if first >= len(pieces):
+            raise CompactionError(
+                f"the summarizer's request does not fit its window of {limit} tokens even "
+                "with no conversation left; shorten the previous summary or raise the window"
+            )
+        # Drop a quarter of what is left each round: few recounts even for long sessions.
+        first += max(1, (len(pieces) - first) // 4)
+        clips = CLIP_STEPS[-1:]

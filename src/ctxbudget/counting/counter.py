@@ -1,0 +1,161 @@
+"""Count whole requests: ``count_request`` once, or ``RequestCounter`` step after step.
+
+The incremental counter keeps each message's count with the flags it was rendered under; a
+step re-renders only new messages and those whose flags changed (in Qwen3, assistant turns
+that a new user query moves before the last query lose their reasoning).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from ctxbudget.counting.result import RequestCount
+from ctxbudget.counting.scheme import NO_PIVOT, Scheme
+from ctxbudget.counting.select import choose_scheme
+from ctxbudget.counting.template_count import TemplateScheme
+from ctxbudget.messages.model import Message, Request, ToolSpec
+from ctxbudget.tokens.base import CounterKind, TokenCounter
+from ctxbudget.tokens.select import GENERIC_ESTIMATOR
+
+
+def _assemble(
+    scheme: Scheme,
+    head: tuple[int, int],
+    counts: Sequence[int],
+    approx: bool,
+) -> RequestCount:
+    system, tools = head
+    per_message = list(counts)
+    if per_message:
+        per_message[-1] += scheme.generation()
+    else:
+        system += scheme.generation()  # no message to carry the reply primer: the head does
+    messages = sum(per_message)
+    return RequestCount(
+        counter=scheme.name,
+        kind="estimate" if approx else scheme.kind,
+        total=system + tools + messages,
+        system=system,
+        tools=tools,
+        messages=messages,
+        per_message=tuple(per_message),
+        floor=system + tools,
+    )
+
+
+def count_with(scheme: Scheme | TemplateScheme, request: Request) -> RequestCount:
+    """A full count of ``request`` by one scheme, with nothing cached."""
+    if isinstance(scheme, TemplateScheme):
+        return scheme.count(request)
+    messages = request.messages
+    pivot = scheme.pivot(messages)
+    counts, approx = [], False
+    for i, message in enumerate(messages):
+        tokens, estimated = scheme.message(message, scheme.flags(messages, i, pivot))
+        counts.append(tokens)
+        approx = approx or estimated
+    return _assemble(scheme, scheme.head(request), counts, approx)
+
+
+def count_request(
+    request: Request,
+    counter: str | TokenCounter = "qwen3",
+    *,
+    model: str | None = None,
+    template: str | None = None,
+) -> RequestCount:
+    """Tokens of the whole rendered request, with ``system + tools + messages == total``.
+
+    ``counter`` is a tokenizer name (``qwen3``, ``qwen2.5``, ``qwen3.6``, ``cl100k_base``,
+    ``o200k_base``, ``hf:PATH``) or an estimator name; ``template`` overrides the template the
+    name implies; ``model`` tunes the estimate rules (Claude's tool-use prompt).
+    """
+    scheme = choose_scheme(counter, template=template, model=model or request.model)
+    return count_with(scheme, request)
+
+
+class RequestCounter:
+    """Counts request after request, re-rendering only what changed; equals a full recount."""
+
+    def __init__(
+        self,
+        counter: str | TokenCounter = GENERIC_ESTIMATOR,
+        *,
+        template: str | None = None,
+        model: str | None = None,
+    ) -> None:
+        self._scheme = choose_scheme(counter, template=template, model=model)
+        self.name: str = self._scheme.name
+        self.kind: CounterKind = (
+            "exact" if isinstance(self._scheme, TemplateScheme) else (self._scheme.kind)
+        )
+        self._head_key: tuple[str, tuple[ToolSpec, ...]] | None = None
+        self._head = (0, 0)
+        self._messages: tuple[Message, ...] = ()
+        self._pivot = NO_PIVOT
+        self._flags: list[Hashable] = []
+        self._counts: list[int] = []
+        self._approx: list[bool] = []
+        self._cache: dict[tuple[int, Hashable], tuple[Message, int, bool]] = {}
+
+    def count(self, request: Request) -> RequestCount:
+        """The count of ``request``, equal to ``count_request`` with the same counter."""
+        scheme = self._scheme
+        if isinstance(scheme, TemplateScheme):
+            return scheme.count(request)
+        self._update_head(scheme, request)
+        self._update_messages(scheme, request.messages)
+        return _assemble(scheme, self._head, self._counts, True in self._approx)
+
+    def _update_head(self, scheme: Scheme, request: Request) -> None:
+        key = (request.system, request.tools)
+        old = self._head_key
+        if old is None or not (old[0] == key[0] and (old[1] is key[1] or old[1] == key[1])):
+            self._head = scheme.head(request)
+            self._head_key = key
+
+    def _update_messages(self, scheme: Scheme, messages: tuple[Message, ...]) -> None:
+        old = self._messages
+        common = _common_prefix(old, messages)
+        pivot = scheme.pivot(messages)
+        start = max(common - 1, 0)  # the old last message's neighbours changed
+        if pivot != self._pivot:
+            start = min(start, min(pivot, self._pivot) + 1)
+        start = max(start, 0)
+        del self._counts[start:], self._approx[start:], self._flags[start:]
+        for i in range(start, len(messages)):
+            flags = scheme.flags(messages, i, pivot)
+            self._flags.append(flags)
+            tokens, estimated = self._message(scheme, messages[i], flags)
+            self._counts.append(tokens)
+            self._approx.append(estimated)
+        self._messages, self._pivot = messages, pivot
+        self._prune()
+
+    def _message(self, scheme: Scheme, message: Message, flags: Hashable) -> tuple[int, bool]:
+        key = (id(message), flags)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] is message:
+            return hit[1], hit[2]
+        tokens, estimated = scheme.message(message, flags)
+        self._cache[key] = (message, tokens, estimated)
+        return tokens, estimated
+
+    def _prune(self) -> None:
+        # Entries hold their message, so ids stay unique; drop those of messages long gone.
+        if len(self._cache) > 2 * len(self._messages) + 64:
+            live = {id(m) for m in self._messages}
+            self._cache = {k: v for k, v in self._cache.items() if k[0] in live}
+
+
+def _common_prefix(old: tuple[Any, ...], new: tuple[Any, ...]) -> int:
+    """How many leading messages ``old`` and ``new`` share (by identity or value)."""
+    n = len(old)
+    if n <= len(new) and new[:n] == old:
+        return n
+    i = 0
+    limit = min(n, len(new))
+    while i < limit and (old[i] is new[i] or old[i] == new[i]):
+        i += 1
+    return i

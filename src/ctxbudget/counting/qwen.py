@@ -1,0 +1,238 @@
+"""Native renderers of the Qwen3 and Qwen2.5 chat templates, identical to Jinja2's output.
+
+Each function mirrors one branch of ``qwen3.jinja`` / ``qwen2.5.jinja`` (Qwen/Qwen3-0.6B and
+Qwen/Qwen2.5-7B-Instruct tokenizer_config.json); tests render both and compare the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from ctxbudget.counting.images import qwen_image_tokens
+from ctxbudget.counting.scheme import NO_PIVOT
+from ctxbudget.counting.template_input import call_arguments, message_text, tojson, tool_dict
+from ctxbudget.messages.model import Message, Request, ToolCall
+from ctxbudget.tokens.base import CounterKind
+from ctxbudget.tokens.registry import ExactTokenizer
+
+QWEN25_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+TOOLS_INTRO = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+TOOLS_OUTRO = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments"
+    " within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+)
+NO_THINKING = "<think>\n\n</think>\n\n"
+
+
+def _turn(role: str, text: str) -> str:
+    return f"<|im_start|>{role}\n{text}<|im_end|>\n"
+
+
+def _tools_block(request: Request) -> str:
+    return TOOLS_INTRO + "".join("\n" + tojson(tool_dict(t)) for t in request.tools) + TOOLS_OUTRO
+
+
+def _tool_message(message: Message, opens: bool, closes: bool) -> str:
+    head = "<|im_start|>user" if opens else ""
+    tail = "<|im_end|>\n" if closes else ""
+    return f"{head}\n<tool_response>\n{message_text(message)}\n</tool_response>{tail}"
+
+
+def _tool_neighbours(messages: Sequence[Message], index: int) -> tuple[bool, bool]:
+    opens = index == 0 or messages[index - 1].role != "tool"
+    closes = index == len(messages) - 1 or messages[index + 1].role != "tool"
+    return opens, closes
+
+
+def _call_text(call: ToolCall, *, raw_strings: bool) -> str:
+    args = call_arguments(call)
+    rendered = args if raw_strings and isinstance(args, str) else tojson(args)
+    return f'<tool_call>\n{{"name": "{call.name}", "arguments": {rendered}}}\n</tool_call>'
+
+
+# --- Qwen3 -----------------------------------------------------------------------------------
+
+
+def qwen3_head(request: Request) -> tuple[str, str]:
+    """System part and tools part of a Qwen3 prompt; the tools' system-turn framing is tools'."""
+    if not request.tools:
+        return (_turn("system", request.system) if request.system else ""), ""
+    if request.system:
+        return f"<|im_start|>system\n{request.system}\n\n", _tools_block(request)
+    return "", "<|im_start|>system\n" + _tools_block(request)
+
+
+def is_query(message: Message) -> bool:
+    """A user message that is not a wrapped tool result (Qwen3's "last query" rule)."""
+    if message.role != "user":
+        return False
+    text = message_text(message)
+    return not (text.startswith("<tool_response>") and text.endswith("</tool_response>"))
+
+
+def last_query_index(messages: Sequence[Message]) -> int:
+    """Index of the last real user query; the last index when there is none (as the template)."""
+    for i in range(len(messages) - 1, -1, -1):
+        if is_query(messages[i]):
+            return i
+    return len(messages) - 1
+
+
+def split_reasoning(message: Message) -> tuple[str, str]:
+    """``(content, reasoning)`` as Qwen3 reads them: ``reasoning`` or a ``<think>`` in content."""
+    content = message_text(message)
+    if message.reasoning is not None:
+        return content, message.reasoning
+    if "</think>" in content:
+        before, after = content.split("</think>")[0], content.split("</think>")[-1]
+        return after.lstrip("\n"), before.rstrip("\n").split("<think>")[-1].lstrip("\n")
+    return content, ""
+
+
+def qwen3_assistant(message: Message, after_query: bool, last: bool) -> str:
+    """One assistant turn; reasoning shows as ``<think>`` only after the last user query."""
+    content, reasoning = split_reasoning(message)
+    if after_query and (last or reasoning):
+        text = f"<|im_start|>assistant\n<think>\n{reasoning.strip(chr(10))}\n</think>\n\n"
+        text += content.lstrip("\n")
+    else:
+        text = "<|im_start|>assistant\n" + content
+    for i, call in enumerate(message.tool_calls):
+        if i > 0 or content:
+            text += "\n"
+        text += _call_text(call, raw_strings=True)
+    return text + "<|im_end|>\n"
+
+
+def qwen3_flags(messages: Sequence[Message], index: int, pivot: int) -> Hashable:
+    """The neighbour facts a Qwen3 message's rendering depends on."""
+    role = messages[index].role
+    if role == "assistant":
+        return (index > pivot, index == len(messages) - 1)
+    if role == "tool":
+        return _tool_neighbours(messages, index)
+    return ()
+
+
+def qwen3_message(message: Message, flags: Hashable) -> str:
+    """One message rendered as qwen3.jinja renders it, given its flags."""
+    assert isinstance(flags, tuple)
+    if message.role == "assistant":
+        return qwen3_assistant(message, *flags)
+    if message.role == "tool":
+        return _tool_message(message, *flags)
+    return _turn(message.role, message_text(message))
+
+
+def qwen3_generation(enable_thinking: bool = True) -> str:
+    """The generation prompt; ``enable_thinking=False`` adds an empty think block."""
+    return "<|im_start|>assistant\n" + ("" if enable_thinking else NO_THINKING)
+
+
+# --- Qwen2.5 ---------------------------------------------------------------------------------
+
+
+def qwen25_head(request: Request) -> tuple[str, str]:
+    """System part (the default system prompt when none is given) and tools part."""
+    system = request.system or QWEN25_DEFAULT_SYSTEM
+    if not request.tools:
+        return _turn("system", system), ""
+    return f"<|im_start|>system\n{system}\n\n", _tools_block(request)
+
+
+def qwen25_assistant(message: Message) -> str:
+    """One assistant turn; Qwen2.5 never shows reasoning."""
+    content = message_text(message)
+    if not message.tool_calls:
+        return _turn("assistant", content)
+    text = "<|im_start|>assistant" + ("\n" + content if content else "")
+    for call in message.tool_calls:
+        text += "\n" + _call_text(call, raw_strings=False)
+    return text + "<|im_end|>\n"
+
+
+def qwen25_flags(messages: Sequence[Message], index: int, pivot: int) -> Hashable:
+    """Only tool results depend on their neighbours in Qwen2.5."""
+    return _tool_neighbours(messages, index) if messages[index].role == "tool" else ()
+
+
+def qwen25_message(message: Message, flags: Hashable) -> str:
+    """One message rendered as qwen2.5.jinja renders it."""
+    assert isinstance(flags, tuple)
+    if message.role == "assistant":
+        return qwen25_assistant(message)
+    if message.role == "tool":
+        return _tool_message(message, *flags)
+    return _turn(message.role, message_text(message))
+
+
+# --- the schemes -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QwenScheme:
+    """Counts a request rendered by a native Qwen renderer with the Qwen tokenizer."""
+
+    tokenizer: ExactTokenizer
+    template: str = "qwen3"
+    """``qwen3`` or ``qwen2.5``."""
+    enable_thinking: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.tokenizer.name if self.template == "qwen3" else self.template
+
+    @property
+    def kind(self) -> CounterKind:
+        return "exact"
+
+    def _tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, special=True)) if text else 0
+
+    def head_text(self, request: Request) -> tuple[str, str]:
+        return qwen3_head(request) if self.template == "qwen3" else qwen25_head(request)
+
+    def head(self, request: Request) -> tuple[int, int]:
+        system, tools = self.head_text(request)
+        return self._tokens(system), self._tokens(tools)
+
+    def pivot(self, messages: Sequence[Message]) -> int:
+        return last_query_index(messages) if self.template == "qwen3" else NO_PIVOT
+
+    def flags(self, messages: Sequence[Message], index: int, pivot: int) -> Hashable:
+        if self.template == "qwen3":
+            return qwen3_flags(messages, index, pivot)
+        return qwen25_flags(messages, index, pivot)
+
+    def message_text(self, message: Message, flags: Hashable) -> str:
+        if self.template == "qwen3":
+            return qwen3_message(message, flags)
+        return qwen25_message(message, flags)
+
+    def message(self, message: Message, flags: Hashable) -> tuple[int, bool]:
+        tokens = self._tokens(self.message_text(message, flags))
+        images = message.images
+        return tokens + sum(qwen_image_tokens(i) for i in images), bool(images)
+
+    def generation_text(self) -> str:
+        if self.template == "qwen3":
+            return qwen3_generation(self.enable_thinking)
+        return "<|im_start|>assistant\n"
+
+    def generation(self) -> int:
+        return self._tokens(self.generation_text())
+
+    def render(self, request: Request) -> str:
+        """The whole prompt text, as the Jinja template renders it."""
+        system, tools = self.head_text(request)
+        messages = request.messages
+        pivot = self.pivot(messages)
+        body = "".join(
+            self.message_text(m, self.flags(messages, i, pivot)) for i, m in enumerate(messages)
+        )
+        return system + tools + body + self.generation_text()

@@ -1,0 +1,55 @@
+"""The interface a per-message counting scheme offers the full and incremental counters.
+
+A scheme counts a request as independent parts: the head (system, tools), each message given
+its *flags* (the few facts about its neighbours that its rendering depends on), and the
+generation prompt. Parts are cut where no token can cross, so their counts add up exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Protocol
+
+from ctxbudget.messages.model import Message, Request
+from ctxbudget.tokens.base import CounterKind
+
+NO_PIVOT = -1
+"""The pivot of a scheme whose message renderings do not depend on a far-away message."""
+
+
+class Scheme(Protocol):
+    """How one model family turns a request into token counts, part by part."""
+
+    @property
+    def name(self) -> str:
+        """The counter's name as a RequestCount reports it."""
+        ...
+
+    @property
+    def kind(self) -> CounterKind:
+        """``exact`` when the template and tokenizer are the server's own."""
+        ...
+
+    def head(self, request: Request) -> tuple[int, int]:
+        """Tokens of the system part and of the tools part, each with its framing."""
+        ...
+
+    def pivot(self, messages: Sequence[Message]) -> int:
+        """An index every message's rendering may depend on (Qwen3: the last user query)."""
+        ...
+
+    def flags(self, messages: Sequence[Message], index: int, pivot: int) -> Hashable:
+        """What the rendering of ``messages[index]`` depends on besides the message itself.
+
+        Only the message's neighbours (``index - 1``, ``index + 1``), its being last, and its
+        position relative to ``pivot`` may be used; the incremental counter relies on it.
+        """
+        ...
+
+    def message(self, message: Message, flags: Hashable) -> tuple[int, bool]:
+        """Tokens of one rendered message and whether any of them is an estimate (images)."""
+        ...
+
+    def generation(self) -> int:
+        """Tokens of the generation prompt that primes the reply."""
+        ...

@@ -1,0 +1,135 @@
+"""Chat request values: messages, content parts, tool calls, tool specs and the request."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ctxbudget.messages.usage import Usage
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True, slots=True)
+class TextPart:
+    """A piece of text inside a message's content."""
+
+    text: str
+    kind: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImagePart:
+    """An image inside a message's content; its size decides what it costs."""
+
+    url: str | None = None
+    """A URL or data: URL, as the request carried it (kept for round trips)."""
+    width: int | None = None
+    """Pixel width, when known; an unknown size is charged a fixed estimate."""
+    height: int | None = None
+    """Pixel height, when known."""
+    detail: Literal["auto", "low", "high"] | None = None
+    """OpenAI's detail setting; "low" is a flat 85 tokens there."""
+    media_type: str | None = None
+    """For Anthropic base64 images, e.g. ``image/png``."""
+    kind: Literal["image"] = "image"
+
+
+ContentPart = TextPart | ImagePart
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """An assistant's call of a tool; ``arguments`` is the JSON text as the model wrote it."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def parsed_arguments(self) -> Any:
+        """The arguments as a JSON value; text that is not JSON is returned as the string."""
+        try:
+            return json.loads(self.arguments)
+        except ValueError:
+            return self.arguments
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """One chat message.
+
+    ``usage`` is set on assistant messages that a provider produced: what the server reported
+    for the request that produced this reply. ``tool_call_id`` links a ``tool`` message to the
+    assistant's call it answers.
+    """
+
+    role: Role
+    content: str | tuple[ContentPart, ...] = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Assistant only: the tools it called, in order."""
+    tool_call_id: str | None = None
+    """Tool only: the id of the call this message answers."""
+    name: str | None = None
+    """Optional participant name (OpenAI ``name``), or the tool's name on a tool message."""
+    reasoning: str | None = None
+    """Assistant only: reasoning / thinking text (``reasoning_content``, thinking blocks)."""
+    usage: Usage | None = None
+    """Assistant only: the provider's usage report for the request that produced this reply."""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """Free-form annotations (archive ids, compaction markers); never sent to a model."""
+
+    @property
+    def text(self) -> str:
+        """The message's text, its text parts joined; images contribute nothing."""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def images(self) -> tuple[ImagePart, ...]:
+        """The image parts of the content, in order."""
+        if isinstance(self.content, str):
+            return ()
+        return tuple(p for p in self.content if isinstance(p, ImagePart))
+
+    @property
+    def is_summary(self) -> bool:
+        """True for the summary message a compaction inserted."""
+        return bool(self.meta.get("summary"))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool the model may call: name, description and JSON-schema parameters."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Request:
+    """Everything a model is sent in one call.
+
+    ``system`` is kept apart from ``messages`` (as Anthropic does); ``messages`` never holds a
+    system message. ``max_output_tokens`` is the reply limit asked for, when set.
+    """
+
+    system: str = ""
+    tools: tuple[ToolSpec, ...] = ()
+    messages: tuple[Message, ...] = ()
+    max_output_tokens: int | None = None
+    model: str | None = None
+
+    def with_messages(self, messages: tuple[Message, ...]) -> Request:
+        """The same request with other messages."""
+        return Request(
+            system=self.system,
+            tools=self.tools,
+            messages=messages,
+            max_output_tokens=self.max_output_tokens,
+            model=self.model,
+        )

@@ -1,0 +1,444 @@
+"""A provider for any OpenAI-compatible chat-completions server (OpenAI, vLLM, Ollama, llama.cpp).
+
+Non-streaming only. Retries are ours (bounded, logged); the openai SDK's own are switched off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import openai
+
+from ctxbudget.budget.usage import usage_from_openai
+from ctxbudget.errors import (
+    ConfigError,
+    ContextOverflowError,
+    CtxbudgetError,
+    InvalidWindowError,
+    ProviderError,
+)
+from ctxbudget.messages import Message, Request, Usage
+from ctxbudget.messages.openai import message_from_openai, request_to_openai
+from ctxbudget.providers.base import Completion, Provider, StopReason
+from ctxbudget.providers.overflow import classify_error, server_error_text
+from ctxbudget.providers.retry import (
+    DEFAULT_RETRY,
+    RetryPolicy,
+    backoff_delay,
+    is_retryable_status,
+    retry_after_seconds,
+)
+
+__all__ = [
+    "DEFAULT_API_KEY_ENV",
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_READ_TIMEOUT",
+    "NO_API_KEY",
+    "OpenAICompatibleProvider",
+    "provider_name_for",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+NO_API_KEY = "not-needed"
+"""Sent as the key to local servers that need none (the SDK insists on some key)."""
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_READ_TIMEOUT = 600.0
+"""10 minutes: a local model can take that long on a long prompt before its first byte."""
+SILENT_OVERFLOW_FILL = 0.99
+"""A length stop with no output and the prompt at 99% of the window or more is an overflow
+(the server truncated or filled the window); 99% is the margin Pi uses for the same check."""
+
+# Known hosts first, then the default ports of local servers.
+_HOSTS = (
+    ("api.openai.com", "openai"),
+    ("openrouter.ai", "openrouter"),
+    ("api.groq.com", "groq"),
+    ("api.deepseek.com", "deepseek"),
+    ("api.x.ai", "xai"),
+    ("api.mistral.ai", "mistral"),
+    ("api.cerebras.ai", "cerebras"),
+    ("api.together.xyz", "together"),
+    ("api.moonshot", "kimi"),
+    ("dashscope", "dashscope"),
+    ("generativelanguage.googleapis.com", "gemini"),
+    ("api.z.ai", "zai"),
+    ("bigmodel.cn", "zai"),
+    ("minimax", "minimax"),
+)
+# 11434: Ollama; 8000: vLLM (`vllm serve`); 8080: llama.cpp's llama-server; 1234: LM Studio.
+_PORTS = {11434: "ollama", 8000: "vllm", 8080: "llamacpp", 1234: "lmstudio"}
+_FINISH: Mapping[str, StopReason] = {
+    "stop": "stop",
+    "eos": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+}
+_BEARER = re.compile(r"(bearer\s+)\S+", re.IGNORECASE)
+_SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}")
+
+
+def provider_name_for(base_url: str) -> str:
+    """A short provider name guessed from the URL: host table, then local default ports.
+
+    Falls back to ``openai-compatible``.
+    """
+    parts = urlsplit(base_url)
+    host = (parts.hostname or "").lower()
+    for fragment, name in _HOSTS:
+        if fragment in host:
+            return name
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return _PORTS.get(port or 0, "openai-compatible")
+
+
+class OpenAICompatibleProvider(Provider):
+    """A chat-completions server reached through the official ``openai`` SDK.
+
+    The API key is read from the environment variable ``api_key_env``; a local server (a
+    loopback or private address) may have none, and ``api_key_env=None`` sends no real key at
+    all. Overflow errors become ``ContextOverflowError`` (with the real window when stated);
+    429, 408, 5xx, timeouts, resets and unreadable bodies are retried under ``retry``; every
+    other failure is a one-line ``ProviderError`` that never contains the key.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key_env: str | None = DEFAULT_API_KEY_ENV,
+        window: int | None = None,
+        name: str | None = None,
+        tokenizer: str | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        resend_reasoning: bool = False,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.base_url = _check_url(base_url)
+        if not isinstance(model, str) or not model.strip():
+            raise ConfigError("model must be a non-empty model name, e.g. model='qwen3:8b'")
+        self.model = model
+        self.window = _check_window(window)
+        self.name = name or provider_name_for(base_url)
+        self.tokenizer = tokenizer
+        self.api_key_env = api_key_env
+        self.retry = retry
+        self.resend_reasoning = resend_reasoning
+        self._sleep = sleep
+        key = _api_key(api_key_env, self.base_url)
+        self._secrets = tuple(s for s in (key, *_url_secrets(base_url)) if s and s != NO_API_KEY)
+        self._connect_timeout = _seconds(connect_timeout, "connect_timeout")
+        self._read_timeout = _seconds(read_timeout, "read_timeout")
+        self._client = openai.OpenAI(
+            api_key=key,
+            base_url=base_url,
+            max_retries=0,  # ours are the only retries
+            timeout=openai.Timeout(self._read_timeout, connect=self._connect_timeout),
+        )
+
+    def __repr__(self) -> str:
+        url = _public_url(self.base_url)
+        return (
+            f"OpenAICompatibleProvider(name={self.name!r}, base_url={url!r}, model={self.model!r})"
+        )
+
+    def complete(self, request: Request) -> Completion:
+        """Send the request; retry transient failures within ``retry``; parse the reply."""
+        body = request_to_openai(request, include_reasoning=self.resend_reasoning)
+        body["model"] = request.model or self.model
+        slept = 0.0
+        for attempt in range(self.retry.max_retries + 1):
+            log.debug(
+                "%s: POST chat/completions model=%s attempt=%d",
+                self.name,
+                body["model"],
+                attempt + 1,
+            )
+            try:
+                return self._attempt(body)
+            except _Transient as failure:
+                delay = backoff_delay(self.retry, attempt, retry_after=failure.retry_after)
+                if delay is None or slept + delay > self.retry.max_total_sleep:
+                    raise self._give_up(failure, attempt, delay) from None
+                log.warning(
+                    "%s: %s; retry %d of %d in %.2f s",
+                    self.name,
+                    failure.error,
+                    attempt + 1,
+                    self.retry.max_retries,
+                    delay,
+                )
+                self._sleep(delay)
+                slept += delay
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _attempt(self, body: dict[str, Any]) -> Completion:
+        try:
+            raw = self._client.chat.completions.with_raw_response.create(**body)
+            text = raw.text
+        except openai.APIStatusError as err:
+            raise self._status_failure(err) from None
+        except openai.APITimeoutError as err:
+            raise _Transient(self._error(self._timeout_text(err))) from None
+        except openai.APIConnectionError as err:
+            raise _Transient(self._error(f"connection failed: {_cause(err)}")) from None
+        return self._completion(text)
+
+    def _timeout_text(self, err: openai.APITimeoutError) -> str:
+        if "connect" in type(err.__cause__).__name__.lower():
+            return f"could not connect within {self._connect_timeout:g} s (connect timeout)"
+        return f"no reply within {self._read_timeout:g} s (read timeout)"
+
+    def _status_failure(self, err: openai.APIStatusError) -> Exception:
+        status = err.status_code
+        text = self._redact(_safe_text(err.response))
+        overflow = classify_error(status, text, provider=self.name)
+        if overflow is not None:
+            return overflow
+        error = self._error(f"HTTP {status}: {server_error_text(text)}", status=status)
+        if status in (401, 403) and self.api_key_env:
+            error = self._error(
+                f"HTTP {status}: {server_error_text(text)}; check the key in ${self.api_key_env}",
+                status=status,
+            )
+        if is_retryable_status(status) and not _is_quota(text):
+            return _Transient(error, retry_after_seconds(err.response.headers))
+        return error
+
+    def _completion(self, text: str) -> Completion:
+        body = _json_object(text)
+        if body is None:
+            raise _Transient(
+                self._error(
+                    f"HTTP 200 with a body that is not a JSON object: {_short(self._redact(text))}"
+                )
+            )
+        if "error" in body:  # some gateways report failures inside a 200
+            failure = json.dumps(body)
+            raise classify_error(None, self._redact(failure), provider=self.name) or self._error(
+                f"HTTP 200 carrying an error: {server_error_text(self._redact(failure))}"
+            )
+        choices = body.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise self._error("HTTP 200 with no choices in the reply")
+        usage = self._usage(body.get("usage"))
+        choice = choices[0]
+        finish = choice.get("finish_reason")
+        self._check_silent_overflow(finish, usage)
+        message = self._message(choice.get("message"), usage)
+        return Completion(message=message, usage=usage, stop_reason=_stop_reason(finish, message))
+
+    def _usage(self, raw: object) -> Usage:
+        if raw is None:
+            log.debug("%s: reply without usage", self.name)
+            return Usage(timestamp=time.time())
+        try:
+            usage = usage_from_openai(raw)
+        except CtxbudgetError as err:
+            log.warning("%s: unreadable usage ignored: %s", self.name, err)
+            return Usage(timestamp=time.time())
+        return dataclasses.replace(usage, timestamp=time.time())
+
+    def _check_silent_overflow(self, finish: object, usage: Usage) -> None:
+        if isinstance(finish, str):
+            overflow = classify_error(None, finish, provider=self.name)
+            if overflow is not None:  # z.ai's finish_reason "model_context_window_exceeded"
+                raise ContextOverflowError(
+                    str(overflow), limit=overflow.limit, prompt_tokens=usage.input_tokens or None
+                )
+        window = self.window
+        if finish != "length" or usage.output_tokens != 0 or window is None:
+            return
+        if usage.input_tokens >= window * SILENT_OVERFLOW_FILL:
+            raise ContextOverflowError(
+                f"context overflow: the {self.name} server stopped for length with no output and "
+                f"a {usage.input_tokens:,}-token prompt in a {window:,}-token window",
+                prompt_tokens=usage.input_tokens,
+            )
+
+    def _message(self, raw: object, usage: Usage) -> Message:
+        if not isinstance(raw, dict):
+            raise self._error("HTTP 200 with a choice that has no message")
+        try:
+            message = message_from_openai(_normalised(raw), "choices[0].message")
+        except CtxbudgetError as err:
+            raise self._error(
+                f"HTTP 200 with an unreadable message: {_short(self._redact(str(err)))}"
+            ) from None
+        return Message(
+            role="assistant",
+            content=message.content,
+            tool_calls=message.tool_calls,
+            name=message.name,
+            reasoning=message.reasoning,
+            usage=usage,
+        )
+
+    def _give_up(self, failure: _Transient, attempt: int, delay: float | None) -> ProviderError:
+        error = failure.error
+        if delay is None and failure.retry_after is not None and attempt < self.retry.max_retries:
+            why = (
+                f"the server asked to wait {failure.retry_after:.0f} s, "
+                f"over the {self.retry.max_delay:.0f} s cap"
+            )
+        else:
+            why = f"gave up after {attempt + 1} attempt{'s' if attempt else ''}"
+        return ProviderError(f"{error} ({why})", status=error.status)
+
+    def _error(self, what: str, *, status: int | None = None) -> ProviderError:
+        where = _public_url(self.base_url)
+        return ProviderError(self._redact(f"{self.name} server at {where}: {what}"), status=status)
+
+    def _redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "[redacted]")
+        return _SK_KEY.sub("sk-[redacted]", _BEARER.sub(r"\1[redacted]", text))
+
+
+class _Transient(Exception):
+    """A failure worth retrying; carries the error to raise when the retries run out."""
+
+    def __init__(self, error: ProviderError, retry_after: float | None = None) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.retry_after = retry_after
+
+
+def _api_key(env: str | None, base_url: str) -> str:
+    if env is None:
+        return NO_API_KEY
+    value = os.environ.get(env, "").strip()
+    if value:
+        return value
+    if _is_local(base_url):
+        return NO_API_KEY
+    raise ConfigError(
+        f"no API key for {_public_url(base_url)}: set the environment variable {env}, "
+        "or pass api_key_env=None for a server that needs none"
+    )
+
+
+def _is_local(base_url: str) -> bool:
+    host = (urlsplit(base_url).hostname or "").lower()
+    if host == "localhost" or host.endswith(".local"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private or address.is_unspecified
+
+
+def _check_url(base_url: object) -> str:
+    parts = urlsplit(base_url) if isinstance(base_url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"base_url must be an http(s) URL such as http://localhost:11434/v1, got {base_url!r}"
+        )
+    return str(base_url).rstrip("/")
+
+
+def _check_window(window: object) -> int | None:
+    if window is None:
+        return None
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        raise InvalidWindowError(f"window must be a positive number of tokens, got {window!r}")
+    return window
+
+
+def _seconds(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _public_url(base_url: str) -> str:
+    """The URL without user:password, query or fragment, for messages and logs."""
+    parts = urlsplit(base_url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def _url_secrets(base_url: str) -> tuple[str, ...]:
+    parts = urlsplit(base_url)
+    return tuple(s for s in (parts.password, parts.query) if s)
+
+
+def _safe_text(response: Any) -> str:
+    try:
+        return str(response.text)
+    except Exception:  # a body cut short: the status alone must still be reported
+        return ""
+
+
+def _is_quota(text: str) -> bool:
+    """OpenAI's 429 insufficient_quota: billing, not load; retrying cannot help."""
+    lowered = text.lower()
+    return "insufficient_quota" in lowered or "exceeded your current quota" in lowered
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _normalised(raw: dict[str, Any]) -> dict[str, Any]:
+    """Tolerate the small liberties servers take: no role, arguments as an object."""
+    message = {**raw, "role": raw.get("role") or "assistant"}
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        message["tool_calls"] = [_call_with_text_arguments(c) for c in calls]
+    return message
+
+
+def _call_with_text_arguments(call: object) -> object:
+    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+        return call
+    function = call["function"]
+    arguments = function.get("arguments")
+    if isinstance(arguments, dict | list):
+        function = {**function, "arguments": json.dumps(arguments, ensure_ascii=False)}
+    elif arguments is None:
+        function = {**function, "arguments": "{}"}
+    return {**call, "function": function}
+
+
+def _stop_reason(finish: object, message: Message) -> StopReason:
+    if isinstance(finish, str):
+        return _FINISH.get(finish, "other")
+    # llama.cpp and older servers may leave finish_reason null on a normal stop.
+    return "tool_calls" if message.tool_calls else "stop"
+
+
+def _cause(err: BaseException) -> str:
+    """The transport's own words: "ReadError: [Errno 104] Connection reset by peer"."""
+    cause = err.__cause__ or err
+    detail = _short(str(cause), 80)
+    return f"{type(cause).__name__}: {detail}" if detail else type(cause).__name__
+
+
+def _short(text: str, max_chars: int = 120) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= max_chars else flat[: max_chars - 3] + "..."

@@ -1,0 +1,95 @@
+"""The self-contained HTML page of a replay: curve, a panel per rule, live window and parameters.
+
+Trace data goes into a ``<script type="application/json">`` block with ``<``, ``>``, ``&`` and
+U+2028/2029 escaped, and the page's script inserts text only with ``textContent``.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ctxbudget.budget.rules import DEFAULT_REPLY_RESERVE
+from ctxbudget.replay.analyze import ReplayResult
+
+_ESCAPES = {
+    "<": "\\u003c",
+    ">": "\\u003e",
+    "&": "\\u0026",
+    "\u2028": "\\u2028",
+    "\u2029": "\\u2029",
+}
+
+
+def json_for_script(value: Any) -> str:
+    """JSON that is inert inside a ``<script>`` element (no ``</script>``, no ``<!--``)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    for raw, escaped in _ESCAPES.items():
+        text = text.replace(raw, escaped)
+    return text
+
+
+def _slider(result: ReplayResult) -> dict[str, int]:
+    peak = max((c.total_tokens for c in result.trace.calls), default=1)
+    default = result.windows[0].window
+    top = max(2 * default, 2 * peak, 4_096)
+    step = max(1, top // 2_000)
+    return {"min": step, "max": top, "step": step}
+
+
+def page_data(result: ReplayResult) -> dict[str, Any]:
+    """What the page's script reads: calls, rules, defaults and Python's answers to check."""
+    t = result.trace
+    return {
+        "format": t.format,
+        "model": t.model,
+        "source": Path(t.source).name if t.source else "",
+        "window": result.windows[0].window,
+        "calls": [[c.context_tokens, c.output_tokens, c.task_start] for c in t.calls],
+        "previews": list(result.previews),
+        "policies": [
+            {"name": p.name, "checked": list(p.checked), "parameters": p.parameters()}
+            for p in result.policies
+        ],
+        "constants": {"default_reply_reserve": DEFAULT_REPLY_RESERVE},
+        "expected": [
+            {
+                "window": w.window,
+                "wall": w.wall,
+                "policies": [
+                    {
+                        "name": p.name,
+                        "threshold": p.threshold,
+                        "first_trigger": p.first_trigger,
+                        "late": p.late,
+                    }
+                    for p in w.policies
+                ],
+            }
+            for w in result.windows
+        ],
+        "slider": _slider(result),
+    }
+
+
+def _asset(name: str) -> str:
+    return resources.files("ctxbudget.replay").joinpath(name).read_text(encoding="utf-8")
+
+
+def render_html(result: ReplayResult) -> str:
+    """The whole page as one string; it needs no network and runs from file://."""
+    script = _asset("page.js")
+    if "</script" in script.lower():  # our own asset; guard against a careless edit
+        raise AssertionError("page.js must not contain </script")
+    page = _asset("page.html")
+    page = page.replace("/*__REPLAY_JS__*/", script)
+    return page.replace("__REPLAY_DATA__", json_for_script(page_data(result)))
+
+
+def write_html(result: ReplayResult, path: str | Path) -> Path:
+    """Write `render_html` to ``path``; return the path."""
+    out = Path(path)
+    out.write_text(render_html(result), encoding="utf-8")
+    return out

@@ -1,0 +1,105 @@
+"""Read a session file line by line: bounded memory, bad lines skipped with their line number."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ctxbudget.errors import TraceFormatError
+
+log = logging.getLogger("ctxbudget.replay")
+
+Progress = Callable[[int, int], None]
+"""Called with (bytes read so far, file size) as a file is read."""
+
+Record = dict[str, Any]
+
+_SNIFF_BYTES = 8192
+_MAX_WARNINGS = 20  # keep the first few; the count says how many there were
+
+
+def check_readable(path: Path) -> int:
+    """Return the file's size; raise TraceFormatError for a missing, empty or binary file."""
+    if not path.exists():
+        raise TraceFormatError(f"{path}: no such file")
+    if not path.is_file():
+        raise TraceFormatError(f"{path}: not a regular file (a directory?); pass a session file")
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(_SNIFF_BYTES)
+    if not head.strip():
+        raise TraceFormatError(f"{path}: the file is empty; pass a recorded session")
+    if b"\x00" in head:
+        raise TraceFormatError(f"{path}: a binary file, not a JSON session")
+    return size
+
+
+class LineReader:
+    """Yields (line number, JSON object) for each line that parses; counts and logs the rest."""
+
+    def __init__(
+        self, path: Path, progress: Progress | None = None, *, quiet: bool = False
+    ) -> None:
+        self.path = path
+        self.quiet = quiet
+        self.size = check_readable(path)
+        self.progress = progress
+        self.skipped = 0
+        self.warnings: list[str] = []
+
+    def skip(self, lineno: int, why: str) -> None:
+        """Count a line that cannot be used and remember why."""
+        self.skipped += 1
+        message = f"{self.path.name}: line {lineno} skipped: {why}"
+        if not self.quiet:
+            log.warning(message)
+        if len(self.warnings) < _MAX_WARNINGS:
+            self.warnings.append(message)
+
+    def __iter__(self) -> Iterator[tuple[int, Record]]:
+        done = 0
+        with self.path.open("rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                done += len(raw)
+                if self.progress is not None:
+                    self.progress(done, self.size)
+                record = self._parse(lineno, raw)
+                if record is not None:
+                    yield lineno, record
+
+    def _parse(self, lineno: int, raw: bytes) -> Record | None:
+        if not raw.strip():
+            return None
+        try:
+            value = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            self.skip(lineno, "not valid UTF-8")
+            return None
+        except ValueError as e:
+            self.skip(lineno, f"not valid JSON ({str(e).split(':')[0]})")
+            return None
+        if not isinstance(value, dict):
+            self.skip(lineno, f"a JSON {type(value).__name__}, not an object")
+            return None
+        return value
+
+
+def as_int(value: object) -> int:
+    """A token count from a JSON value; anything else (null, text, negative) counts as 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    number = int(value)
+    return number if number > 0 else 0
+
+
+def as_dict(value: object) -> Record:
+    """The value if it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: object) -> list[Any]:
+    """The value if it is a JSON array, else an empty one."""
+    return value if isinstance(value, list) else []

@@ -1,0 +1,81 @@
+"""mini-swe-agent ``.traj.json``: one call per assistant message with litellm's ``usage``.
+
+A trajectory is one JSON document, not JSON lines, so it is parsed whole; files above
+`MAX_TRAJECTORY_BYTES` are refused with a clear error instead of exhausting memory (real
+trajectories are well under 10 MB: the 61-call fixture is 328 KB).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from ctxbudget.errors import TraceFormatError
+from ctxbudget.replay.importers._builder import CallBuilder, block_text
+from ctxbudget.replay.importers._lines import Progress, Record, as_dict, as_int, as_list
+from ctxbudget.replay.trace import Call
+
+MAX_TRAJECTORY_BYTES = 256 * 1024 * 1024
+
+
+def sniff(record: Record) -> bool:
+    """True for a trajectory document (or a one-line copy of one)."""
+    return isinstance(record.get("messages"), list) and (
+        "trajectory_format" in record or "info" in record
+    )
+
+
+def load(path: Path, size: int, progress: Progress | None) -> Record:
+    """Parse the whole document, within the size limit."""
+    if size > MAX_TRAJECTORY_BYTES:
+        raise TraceFormatError(
+            f"{path}: a {size // 2**20} MB trajectory; .traj.json files are parsed whole and "
+            f"the limit is {MAX_TRAJECTORY_BYTES // 2**20} MB"
+        )
+    try:
+        document = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise TraceFormatError(f"{path}: not a valid JSON trajectory ({e})") from None
+    if progress is not None:
+        progress(size, size)
+    if not isinstance(document, dict) or not sniff(document):
+        raise TraceFormatError(f"{path}: not a mini-swe-agent trajectory (no 'messages' list)")
+    return document
+
+
+def _usage(message: Record) -> Record:
+    extra = as_dict(message.get("extra"))
+    response = as_dict(extra.get("response"))
+    return (
+        as_dict(response.get("usage"))
+        or as_dict(extra.get("usage"))
+        or as_dict(message.get("usage"))
+    )
+
+
+def read(document: Record, builder: CallBuilder) -> Iterator[Call]:
+    """Calls of a trajectory, in order."""
+    builder.reasoning = "dropped"  # litellm chat messages carry no reasoning back
+    config = as_dict(as_dict(document.get("info")).get("config"))
+    model_name = as_dict(config.get("model")).get("model_name")
+    if isinstance(model_name, str):
+        builder.model = model_name.rsplit("/", 1)[-1]
+    for message in (as_dict(m) for m in as_list(document.get("messages"))):
+        role = str(message.get("role", ""))
+        usage = _usage(message)
+        if role == "assistant" and usage:
+            details = as_dict(usage.get("completion_tokens_details"))
+            cached = as_dict(usage.get("prompt_tokens_details")).get("cached_tokens")
+            response = as_dict(as_dict(message.get("extra")).get("response"))
+            yield builder.call(
+                context=as_int(usage.get("prompt_tokens")),
+                output=as_int(usage.get("completion_tokens")),
+                reasoning=as_int(details.get("reasoning_tokens")),
+                cache_read=as_int(cached or usage.get("prompt_cache_hit_tokens")),
+                reply=block_text(message.get("content"))
+                + block_text(message.get("tool_calls") or ""),
+                model=str(response.get("model") or "") or None,
+            )
+        elif role in ("system", "user", "tool"):
+            builder.add(role, block_text(message.get("content")), task=role == "user")

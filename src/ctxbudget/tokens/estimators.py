@@ -1,0 +1,101 @@
+"""The token estimators of real agent harnesses, reproduced exactly as pure ``str -> int``.
+
+Sources are the pinned harness files the seed lesson quotes (../shared/seeds/003_*.txt). JavaScript
+harnesses measure ``text.length`` in UTF-16 code units, Python ones ``len(text)`` in code points;
+each function below counts the way its harness does, so an emoji is 2 chars for Pi and OpenCode.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+
+# CoreCoder v0.7.0 corecoder/context.py:24-25. The seed's copy of the CJK class lost characters;
+# this is the reading the issue gives: CJK unified + extension A + compatibility ideographs,
+# CJK symbols and punctuation, halfwidth and fullwidth forms.
+_CORECODER_CJK = re.compile(r"[\u4e00-\u9fff\u3400-\u4dbf\uf900-\ufaff\u3000-\u303f\uff00-\uffef]")
+_CORECODER_SYMBOL = re.compile(r"[^\w\s]")
+# ASCII bytes that are not symbols (\w or \s by Python's own regex): deleting them from ASCII
+# text leaves exactly the symbols, in one C pass instead of a regex scan.
+_ASCII_NON_SYMBOLS = bytes(b for b in range(128) if not _CORECODER_SYMBOL.match(chr(b)))
+
+
+def utf16_length(text: str) -> int:
+    """JavaScript's ``text.length``: UTF-16 code units (a character above U+FFFF counts 2)."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def corecoder_v04(text: str) -> int:
+    """CoreCoder v0.4.0 ``_approx_tokens``: ``len(text) // 3`` code points.
+
+    Source: CoreCoder v0.4.0 ``corecoder/context.py:22-24`` ("roughly 3 chars per token for
+    mixed en/zh content").
+    """
+    return len(text) // 3
+
+
+def corecoder_v07(text: str) -> int:
+    """CoreCoder v0.7.0 ``_approx_tokens``: CJK at 1.5 chars/token rounded up, the rest at 2.8
+    chars/token when symbol-dense (over 25% of all chars match ``[^\\w\\s]``) else 3.4, truncated.
+
+    Source: CoreCoder v0.7.0 ``corecoder/context.py:24-35``. CJK full-width punctuation matches
+    both the CJK class and the symbol class, as in the original.
+    """
+    if text.isascii():
+        cjk = 0
+        symbols = len(text.encode("ascii").translate(None, _ASCII_NON_SYMBOLS))
+    else:
+        cjk = len(_CORECODER_CJK.findall(text))
+        symbols = len(_CORECODER_SYMBOL.findall(text))
+    rest = len(text) - cjk
+    dense = rest > 0 and symbols / len(text) > 0.25
+    return math.ceil(cjk / 1.5) + int(rest / (2.8 if dense else 3.4))
+
+
+def pi(text: str) -> int:
+    """Pi ``estimateTokens``: ``Math.ceil(chars / 4)`` with chars = UTF-16 ``text.length``.
+
+    Source: badlogic/pi-mono ``packages/coding-agent/src/core/compaction/compaction.ts:266-292``.
+    """
+    return math.ceil(utf16_length(text) / 4)
+
+
+def opencode(text: str) -> int:
+    """OpenCode ``Token.estimate``: ``Math.round(chars / 4)`` with chars = UTF-16 ``text.length``.
+
+    JavaScript ``Math.round`` rounds halves up (``floor(x + 0.5)``), unlike Python's ``round``.
+    Source: sst/opencode ``packages/core/src/util/token.ts``.
+    """
+    return math.floor(utf16_length(text) / 4 + 0.5)
+
+
+def codex(text: str) -> int:
+    """Codex ``approx_token_count``: UTF-8 bytes / 4, rounded up.
+
+    Source: openai/codex ``codex-rs/utils/string/src/truncate.rs:4,71-74`` (4 bytes per token).
+    """
+    return math.ceil(len(text.encode("utf-8", "surrogatepass")) / 4)
+
+
+def miniagent(text: str) -> int:
+    """miniagent ``HeuristicCounter``: ASCII chars / 3.5 plus 1 per other char, rounded up.
+
+    Source: the seed lesson's project ``miniagent/tokens.py`` (HeuristicCounter).
+    """
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    return math.ceil(ascii_chars / 3.5 + (len(text) - ascii_chars))
+
+
+HARNESS_ESTIMATORS: Mapping[str, Callable[[str], int]] = MappingProxyType(
+    {
+        "corecoder-0.4": corecoder_v04,
+        "corecoder-0.7": corecoder_v07,
+        "pi": pi,
+        "opencode": opencode,
+        "codex": codex,
+        "miniagent": miniagent,
+    }
+)
+"""The harness heuristics by name, in the seed's order."""

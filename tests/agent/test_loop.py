@@ -1,0 +1,171 @@
+"""The agent loop on the mock model: the seed's experiment, every rule, overflow recovery."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ctxbudget.agent.events import LoopEvent
+from ctxbudget.budget.rules import POLICY_NAMES
+from ctxbudget.counting import RequestCount, RequestCounter
+from ctxbudget.errors import CompactionError, ContextOverflowError, PromptFloorExceeded
+from ctxbudget.messages.model import Request
+
+MakeAgent = Callable[..., Any]
+SEED_COMPACTIONS = 5  # the seed's chapter 11: 17 turns in a 1,200 window, 5 compactions
+
+
+def _run(agent_tuple: tuple, turns: int) -> None:  # type: ignore[type-arg]
+    agent, provider, _ = agent_tuple
+    scene = provider.scenario
+    for t in range(1, turns + 1):
+        agent.run_turn(scene.user_message(t))
+
+
+def _kinds(events: list[LoopEvent], kind: str) -> list[LoopEvent]:
+    return [e for e in events if e.kind == kind]
+
+
+def test_seed_experiment_beats_the_sawtooth(make_agent: MakeAgent) -> None:
+    made = make_agent("chat", window=1200)
+    _run(made, 17)
+    agent, provider, _ = made
+    turns = [c.turn for c in agent.compactions]
+    assert agent.overflows == 0
+    assert all(c.trigger == "context_pressure" for c in agent.compactions)
+    assert 0 < len(turns) < SEED_COMPACTIONS
+    assert all(b - a > 1 for a, b in itertools.pairwise(turns)), turns
+    sent = [provider.prompt_tokens(r) for r in provider.requests if r.tools]
+    assert max(sent) <= 1200 - (provider.scenario.max_output if provider.scenario else 0)
+    assert agent.max_request_tokens == max(sent)
+    assert 400 <= agent.floor_tokens <= 600  # "about 500", like the seed's 524
+
+
+@pytest.mark.parametrize("window", [2048, 3000, 4096, 6144, 12_000])
+def test_ctxbudget_rule_never_overflows_coding(make_agent: MakeAgent, window: int) -> None:
+    made = make_agent("coding", window=window)
+    _run(made, 8)
+    agent, provider, events = made
+    assert agent.overflows == 0 and not _kinds(events, "overflow")
+    for request in provider.requests:
+        assert provider.prompt_tokens(request) + (request.max_output_tokens or 0) <= window
+    # every compaction leaves room for several turns: the result is under half the room + floor
+    for c in agent.compactions:
+        assert c.tokens_after < c.tokens_before
+
+
+@pytest.mark.parametrize("window", [900, 1200, 1600, 2400, 5000])
+def test_ctxbudget_rule_never_overflows_chat(make_agent: MakeAgent, window: int) -> None:
+    made = make_agent("chat", window=window)
+    _run(made, 20)
+    assert made[0].overflows == 0
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_every_rule_completes_the_coding_run(make_agent: MakeAgent, policy: str) -> None:
+    made = make_agent("coding", window=8192, policy=policy)
+    _run(made, 6)
+    agent = made[0]
+    assert agent.turn == 6
+    # the cap holds whatever the rule: never more than 3 compactions in a user turn
+    per_turn = [sum(1 for c in agent.compactions if c.turn == t) for t in range(1, 7)]
+    assert max(per_turn) <= agent.max_compactions_per_turn
+    if policy == "ctxbudget":
+        assert agent.overflows == 0
+
+
+class UnderCounter:
+    """A deliberately bad estimator: every count scaled down (a chars/4 rule on Chinese)."""
+
+    def __init__(self, inner: RequestCounter, factor: float) -> None:
+        self.inner = inner
+        self.factor = factor
+
+    def count(self, request: Request) -> RequestCount:
+        c = self.inner.count(request)
+
+        def s(n: int) -> int:
+            return int(n * self.factor)
+
+        per = tuple(s(n) for n in c.per_message)
+        return dataclasses.replace(
+            c,
+            counter="under",
+            kind="estimate",
+            system=s(c.system),
+            tools=s(c.tools),
+            messages=sum(per),
+            per_message=per,
+            floor=s(c.system) + s(c.tools),
+            total=s(c.system) + s(c.tools) + sum(per),
+        )
+
+
+def test_under_counting_estimator_compacts_and_retries_once(
+    make_agent: MakeAgent, qwen3: RequestCounter
+) -> None:
+    made = make_agent("coding", window=4096, counter=UnderCounter(qwen3, 0.5))
+    _run(made, 8)
+    agent, _, events = made
+    assert agent.overflows >= 1
+    kinds = [e.kind for e in events if e.kind in ("overflow", "compaction", "request", "usage")]
+    for i, kind in enumerate(kinds):
+        if kind == "overflow":
+            # overflow -> exactly one compaction (context_overflow) -> one retried request -> ok
+            assert kinds[i + 1 : i + 4] == ["compaction", "request", "usage"], kinds[i : i + 5]
+    overflow_compactions = [c for c in agent.compactions if c.trigger == "context_overflow"]
+    assert len(overflow_compactions) == agent.overflows
+
+
+def test_smaller_real_window_is_adopted_after_one_overflow(make_agent: MakeAgent) -> None:
+    made = make_agent("coding", window=8192, server_window=4096)
+    _run(made, 8)
+    agent, _, events = made
+    assert agent.overflows == 1
+    changed = _kinds(events, "window_changed")
+    assert [(e.data["old"], e.data["window"]) for e in changed] == [(8192, 4096)]
+    assert agent.window == 4096 and agent.summary().to_json()["configured_window"] == 8192
+    later = events[events.index(changed[0]) :]
+    assert not _kinds(later, "overflow")
+
+
+def test_second_overflow_raises_compaction_error(make_agent: MakeAgent) -> None:
+    agent, provider, _ = make_agent("chat", window=1200)
+    provider.enqueue("fine")
+    agent.run_turn(provider.scenario.user_message(1))  # type: ignore[union-attr]
+    provider.enqueue(ContextOverflowError("too long"), ContextOverflowError("still too long"))
+    with pytest.raises(CompactionError, match="still exceeds") as info:
+        agent.run_turn(provider.scenario.user_message(2))  # type: ignore[union-attr]
+    assert "\n" not in str(info.value)
+    assert agent.overflows == 2
+
+
+def test_prompt_floor_is_checked_before_the_first_request(make_agent: MakeAgent) -> None:
+    agent, provider, _ = make_agent("chat", window=500)
+    with pytest.raises(PromptFloorExceeded):
+        agent.run_turn("topic 1: hi")
+    assert provider.requests == []
+
+
+def test_compaction_cap_per_turn(make_agent: MakeAgent) -> None:
+    # Pi's 16,384 reserve in a 8,192 window: over the line before every request.
+    made = make_agent("coding", window=8192, policy="codex", max_compactions_per_turn=1)
+    _run(made, 6)
+    agent, _, _ = made
+    assert all(
+        sum(1 for c in agent.compactions if c.turn == t) <= 1 for t in range(1, agent.turn + 1)
+    )
+
+
+def test_usage_is_recorded_with_the_compaction_id(make_agent: MakeAgent) -> None:
+    made = make_agent("chat", window=1200)
+    _run(made, 9)
+    agent = made[0]
+    replies = [m for m in agent.messages if m.role == "assistant"]
+    assert replies and all(m.usage is not None for m in replies)
+    assert replies[-1].usage is not None
+    assert replies[-1].usage.compaction_id == agent.compaction_id is not None

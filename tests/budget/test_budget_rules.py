@@ -1,0 +1,228 @@
+"""Trigger rules: every number from the seeds, the > vs >= edges and bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxbudget.budget.rules import (
+    DEFAULT_COMPACTION_RESERVE,
+    DEFAULT_REPLY_RESERVE,
+    POLICY_NAMES,
+    REPLY_RESERVE_CAP,
+    CoreCoderPolicy,
+    CtxbudgetPolicy,
+    Policy,
+    get_policy,
+    validate_window,
+)
+from ctxbudget.errors import ConfigError, InvalidWindowError, UnknownNameError
+
+
+# Seed 000 (mini-letta tests and exercise 11.7): letta-code's threshold per window.
+@pytest.mark.parametrize(
+    ("window", "threshold"),
+    [
+        (200_000, 183_616),
+        (128_000, 111_616),
+        (100_000, 83_616),
+        (32_000, 25_600),
+        (10_000, 8_000),
+        (8_192, 6_554),
+        (2_000, 1_600),
+        (1_000, 800),
+        (1_000_000, 983_616),
+    ],
+)
+def test_letta_thresholds(window: int, threshold: int) -> None:
+    letta = get_policy("letta")
+    assert letta.threshold(window) == threshold
+    assert letta.fires(threshold + 1, window)
+    assert not letta.fires(threshold, window)  # strictly greater
+
+
+# Seed 003's table: the line as a share of the window, one decimal.
+@pytest.mark.parametrize(
+    ("name", "window", "percent"),
+    [
+        ("pi", 40_960, 60.0),
+        ("pi", 200_000, 91.8),
+        ("pi", 1_000_000, 98.4),
+        ("opencode", 40_960, 21.9),
+        ("opencode", 200_000, 84.0),
+        ("opencode", 1_000_000, 96.8),
+        ("opencode-input-limit", 40_960, 51.2),
+        ("opencode-input-limit", 200_000, 90.0),
+        ("opencode-input-limit", 1_000_000, 98.0),
+        ("codex", 40_960, 90.0),
+        ("codex", 200_000, 90.0),
+        ("codex", 1_000_000, 90.0),
+        ("corecoder", 40_960, 50.0),
+        ("corecoder", 200_000, 50.0),
+        ("corecoder", 1_000_000, 50.0),
+    ],
+)
+def test_seed_percentages(name: str, window: int, percent: float) -> None:
+    line = get_policy(name).threshold(window)
+    assert round(100 * line / window, 1) == percent
+
+
+@pytest.mark.parametrize("window", [40_960, 200_000, 1_000_000])
+def test_corecoder_tiers_are_50_70_90_percent(window: int) -> None:
+    tiers = get_policy("corecoder").tiers(window)
+    assert tiers is not None
+    assert [round(100 * t / window) for t in tiers] == [50, 70, 90]
+
+
+def test_seed_pi_reserve_10000_on_100000() -> None:
+    pi = get_policy("pi", reserve_tokens=10_000)
+    assert pi.fires(95_000, 100_000)
+    assert not pi.fires(89_000, 100_000)
+
+
+@pytest.mark.parametrize("name", ["pi", "opencode", "opencode-input-limit"])
+def test_seed_at_2400_pi_and_opencode_compact_before_the_first_request(name: str) -> None:
+    policy = get_policy(name)
+    assert policy.threshold(2_400) <= 0
+    assert policy.compacts_every_request(2_400)
+    assert policy.fires(0, 2_400)
+
+
+@pytest.mark.parametrize("name", ["letta", "codex", "corecoder"])
+def test_at_2400_the_percentage_rules_still_leave_room(name: str) -> None:
+    assert not get_policy(name).compacts_every_request(2_400)
+
+
+def test_pi_window_below_its_reserve_is_reported_as_is() -> None:
+    assert get_policy("pi").threshold(2_400) == 2_400 - 16_384
+
+
+@pytest.mark.parametrize(("name", "at"), [("opencode", 8_960), ("codex", 36_864)])
+def test_greater_or_equal_rules_fire_at_the_line(name: str, at: int) -> None:
+    policy = get_policy(name)
+    assert policy.threshold(40_960) == at
+    assert policy.fires(at, 40_960)
+    assert not policy.fires(at - 1, 40_960)
+
+
+def test_codex_takes_the_smaller_of_configured_and_90_percent() -> None:
+    assert get_policy("codex", configured_limit=200_000).threshold(272_000) == 200_000
+    assert get_policy("codex", configured_limit=300_000).threshold(272_000) == 244_800
+
+
+def test_opencode_configured_reserved_applies_only_with_an_input_limit() -> None:
+    with_limit = get_policy("opencode", input_limit=100_000, reserved=5_000)
+    assert with_limit.threshold(128_000) == 95_000
+    assert get_policy("opencode", reserved=5_000).threshold(128_000) == 128_000 - 32_000
+
+
+@pytest.mark.parametrize(
+    ("tokens", "messages", "stage"),
+    [
+        (50_000, 20, None),
+        (50_001, 20, "snip"),
+        (70_001, 20, "summarize"),
+        (70_001, 10, "snip"),  # summarize needs more than 10 messages
+        (90_001, 5, "collapse"),
+        (90_001, 4, "snip"),  # collapse needs more than 4
+    ],
+)
+def test_corecoder_stages(tokens: int, messages: int, stage: str | None) -> None:
+    policy = get_policy("corecoder")
+    assert isinstance(policy, CoreCoderPolicy)
+    assert policy.stage(tokens, 100_000, messages) == stage
+
+
+@pytest.mark.parametrize(
+    ("max_output", "reply"),
+    [(None, DEFAULT_REPLY_RESERVE), (1_000, 1_000), (128_000, REPLY_RESERVE_CAP)],
+)
+def test_ctxbudget_reply_reserve_follows_max_output_capped(
+    max_output: int | None, reply: int
+) -> None:
+    policy = get_policy("ctxbudget", max_output=max_output)
+    assert isinstance(policy, CtxbudgetPolicy)
+    assert policy.reply_reserve == reply
+    line = 200_000 - reply - DEFAULT_COMPACTION_RESERVE
+    assert policy.threshold(200_000) == line
+    assert policy.fires(line + 1, 200_000)
+    assert not policy.fires(line, 200_000)
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_every_policy_cites_a_source_and_a_checkpoint(name: str) -> None:
+    policy = get_policy(name)
+    assert policy.name == name
+    assert policy.source
+    assert policy.checked
+    assert set(policy.checked) <= {"before_request", "after_step", "task_end"}
+
+
+def test_when_each_harness_checks() -> None:
+    assert get_policy("pi").checked == ("task_end",)
+    assert get_policy("opencode").checked == ("after_step",)
+    assert "before_request" in get_policy("ctxbudget").checked
+
+
+@pytest.mark.parametrize(
+    "window", [0, -1, -200_000, math.nan, math.inf, -math.inf, "200000", None, True, 1.5]
+)
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_invalid_windows_are_a_clear_error(name: str, window: object) -> None:
+    with pytest.raises(InvalidWindowError) as info:
+        get_policy(name).threshold(window)  # type: ignore[arg-type]
+    assert "window" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_validate_window_accepts_whole_floats() -> None:
+    assert validate_window(200_000.0) == 200_000
+
+
+def test_unknown_policy_lists_the_names() -> None:
+    with pytest.raises(UnknownNameError) as info:
+        get_policy("claude-code")
+    assert all(n in str(info.value) for n in POLICY_NAMES)
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "words"),
+    [
+        ("pi", {"reserve": 10}, "no parameter 'reserve'"),
+        ("letta", {"name": "x"}, "no parameter 'name'"),
+        ("pi", {"reserve_tokens": -1}, "reserve_tokens"),
+        ("pi", {"reserve_tokens": "16k"}, "reserve_tokens"),
+        ("corecoder", {"snip_ratio": 1.5}, "snip_ratio"),
+        ("ctxbudget", {"max_output": True}, "max_output"),
+    ],
+)
+def test_bad_overrides_are_config_errors(
+    name: str, overrides: dict[str, object], words: str
+) -> None:
+    with pytest.raises(ConfigError, match=words):
+        get_policy(name, **overrides)
+
+
+@settings(max_examples=100)
+@given(window=st.integers(1, 10**8), name=st.sampled_from(POLICY_NAMES))
+def test_fires_is_monotone_and_the_line_is_below_the_window(window: int, name: str) -> None:
+    policy: Policy = get_policy(name)
+    line = policy.threshold(window)
+    assert line < window
+    assert policy.fires(window, window)  # a full window is always over the line
+    if line >= 0:
+        assert policy.fires(line + 1, window)
+        assert not policy.fires(line - 1, window)
+
+
+@settings(max_examples=60)
+@given(small=st.integers(1, 10**6), extra=st.integers(0, 10**6))
+def test_reserve_rules_approach_the_window(small: int, extra: int) -> None:
+    """A fixed reserve is a larger share of a larger window; a percentage stays flat."""
+    for name in ("pi", "ctxbudget"):
+        p = get_policy(name)
+        big = small + extra
+        assert p.threshold(big) / big >= p.threshold(small) / small

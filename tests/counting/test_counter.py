@@ -1,0 +1,87 @@
+"""RequestCounter equals a full recount over random edit sequences; breakdowns add up."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.counting.strategies import messages, texts, tools
+
+from ctxbudget.counting import RequestCounter, count_request
+from ctxbudget.counting.counter import count_with
+from ctxbudget.counting.select import choose_scheme
+from ctxbudget.messages.model import Message, Request
+from ctxbudget.tokens.base import Estimator, TokenCounter
+
+CHARS4 = Estimator("chars4", lambda text: (len(text) + 3) // 4)  # local stand-in estimator
+
+edits = st.one_of(
+    st.tuples(st.just("append"), st.lists(messages(), min_size=1, max_size=3)),
+    st.tuples(st.just("system"), texts),
+    st.tuples(st.just("tools"), tools),
+    st.tuples(st.just("compact"), st.integers(1, 4)),
+    st.tuples(st.just("replace_last"), messages()),
+)
+
+
+def _apply(request: Request, edit: tuple[str, object]) -> Request:
+    kind, value = edit
+    msgs = request.messages
+    if kind == "append":
+        assert isinstance(value, list)
+        return request.with_messages((*msgs, *value))
+    if kind == "system":
+        return replace(request, system=str(value))
+    if kind == "tools":
+        assert isinstance(value, list)
+        return replace(request, tools=tuple(value))
+    if kind == "compact":
+        assert isinstance(value, int)
+        summary = Message(
+            role="user", content=f"Summary of {value} messages", meta={"summary": True}
+        )
+        return request.with_messages((summary, *msgs[value:]))
+    assert isinstance(value, Message)
+    return request.with_messages((*msgs[:-1], value))
+
+
+@pytest.mark.parametrize("counter", ["qwen3", "qwen2.5", "cl100k_base", "o200k_base", CHARS4])
+@settings(max_examples=40)
+@given(steps=st.lists(edits, min_size=1, max_size=8))
+def test_incremental_equals_full_recount(
+    counter: str | TokenCounter, steps: list[tuple[str, object]]
+) -> None:
+    incremental = RequestCounter(counter)
+    request = Request(messages=(Message(role="user", content="start"),))
+    for edit in steps:
+        request = _apply(request, edit)
+        got = incremental.count(request)
+        assert got == count_request(request, counter)
+        assert got.system + got.tools + got.messages == got.total
+        assert sum(got.per_message) == got.messages
+
+
+def test_new_query_recounts_earlier_reasoning() -> None:
+    turn = Message(role="assistant", content="ok", reasoning="long thoughts " * 20)
+    request = Request(messages=(Message(role="user", content="q1"), turn))
+    counter = RequestCounter("qwen3")
+    before = counter.count(request).per_message[1]
+    after = counter.count(
+        request.with_messages((*request.messages, Message(role="user", content="q2")))
+    )
+    assert after.per_message[1] < before  # the reasoning is no longer rendered
+
+
+def test_floor_is_system_plus_tools() -> None:
+    request = Request(system="sys", messages=(Message(role="user", content="hi"),))
+    count = count_request(request, "qwen3")
+    assert count.floor == count.system + count.tools > 0
+
+
+def test_no_messages_puts_the_reply_primer_in_the_head() -> None:
+    scheme = choose_scheme(CHARS4)
+    count = count_with(scheme, Request(system="You are terse."))
+    assert count.per_message == () and count.messages == 0
+    assert count.total == count.system

@@ -1,0 +1,188 @@
+"""A scripted HTTP server on 127.0.0.1 for provider tests: canned replies, faults, a request log."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import struct
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+
+Action = Literal["respond", "reset", "close_mid_body"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reply:
+    """One scripted answer.
+
+    ``reset`` drops the connection with a TCP RST before any byte of the reply;
+    ``close_mid_body`` sends the headers and half the body, then closes.
+    """
+
+    status: int = 200
+    body: str | bytes | dict[str, Any] = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    """Seconds to wait before answering (read timeouts)."""
+    action: Action = "respond"
+
+    def body_bytes(self) -> bytes:
+        if isinstance(self.body, dict):
+            return json.dumps(self.body).encode()
+        if isinstance(self.body, str):
+            return self.body.encode()
+        return self.body
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A request the server received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+# Answered when the script runs out, so a test that sends more requests than it scripted fails.
+UNSCRIPTED = Reply(status=599, body={"error": "fake server: no scripted reply left"})
+
+
+class FakeServer:
+    """A threaded server that pops one ``Reply`` per request; use as a context manager."""
+
+    def __init__(self, *replies: Reply) -> None:
+        self.replies: deque[Reply] = deque(replies)
+        self.requests: list[Recorded] = []
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def enqueue(self, *replies: Reply) -> None:
+        with self._lock:
+            self.replies.extend(replies)
+
+    def next_reply(self, recorded: Recorded) -> Reply:
+        with self._lock:
+            self.requests.append(recorded)
+            return self.replies.popleft() if self.replies else UNSCRIPTED
+
+    def __enter__(self) -> FakeServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+def _handler_for(server: FakeServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self._serve()
+
+        def do_GET(self) -> None:
+            self._serve()
+
+        def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+            pass
+
+        def _serve(self) -> None:
+            try:
+                self._answer()
+            except (BrokenPipeError, ConnectionResetError):
+                # The client gave up first (a read timeout test); nothing to answer.
+                self.close_connection = True
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            recorded = Recorded(self.command, self.path, dict(self.headers.items()), body)
+            reply = server.next_reply(recorded)
+            if reply.delay:
+                time.sleep(reply.delay)
+            if reply.action == "reset":
+                self._reset()
+                return
+            payload = reply.body_bytes()
+            self.send_response(reply.status)
+            headers = {"Content-Type": "application/json", **reply.headers}
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            if reply.action == "close_mid_body":
+                self.wfile.write(payload[: len(payload) // 2])
+                self.wfile.flush()
+                self._reset()
+                return
+            self.wfile.write(payload)
+            self.close_connection = True
+
+        def _reset(self) -> None:
+            # SO_LINGER with a zero timeout makes close() send RST instead of FIN.
+            linger = struct.pack("ii", 1, 0)
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+            self.close_connection = True
+            self.connection.close()
+
+    return Handler
+
+
+class Blackhole:
+    """A listening socket whose accept queue is full, so new connects hang (connect timeouts)."""
+
+    def __init__(self) -> None:
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(0)
+        self._fillers: list[socket.socket] = []
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}/v1"
+
+    def __enter__(self) -> Blackhole:
+        # Linux queues backlog + 1 connections; fill them so the next SYN is dropped.
+        for _ in range(3):
+            filler = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(("127.0.0.1", self._listener.getsockname()[1]))
+            self._fillers.append(filler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for filler in self._fillers:
+            filler.close()
+        self._listener.close()
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 with nothing listening (connection refused)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -1,0 +1,154 @@
+"""The HTML page: escaping, and in headless Chromium the self-check, the slider and inertness."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.replay.conftest import char_estimator, openai_pair, shared_trace
+
+from ctxbudget.replay import load_trace, replay_file, replay_trace, write_html
+from ctxbudget.replay.html import json_for_script, render_html
+
+EST = {"chars4": char_estimator}
+PAYLOADS = [
+    "<script>window.__pwned = 1; alert(1)</script>",
+    "</script><script>window.__pwned = 2</script>",
+    '"><img src=x onerror="window.__pwned = 3">',
+    "javascript:window.__pwned = 4",
+    "<!-- <script>window.__pwned = 5</script>",
+    "line\u2028separator\u2029and & ampersand",
+]
+
+
+def test_json_for_script_escapes_markup() -> None:
+    text = json_for_script({"t": "</script><b>&\u2028\u2029"})
+    for bad in ("<", ">", "&", "\u2028", "\u2029"):
+        assert bad not in text
+    assert json.loads(text) == {"t": "</script><b>&\u2028\u2029"}
+
+
+def hostile_log(write_log: Callable[[list[str]], Path]) -> Path:
+    history: list[dict[str, Any]] = []
+    lines = []
+    for i, payload in enumerate(PAYLOADS):
+        history.append({"role": "user", "content": payload})
+        lines.append(openai_pair(list(history), 1_000 * (i + 1), 50, reply=payload, model=payload))
+        history.append({"role": "assistant", "content": payload})
+    return write_log(lines)
+
+
+def test_rendered_page_holds_no_raw_payload(write_log: Callable[[list[str]], Path]) -> None:
+    page = render_html(replay_file(hostile_log(write_log), windows=[8_000], estimators=EST))
+    assert page.count("<script") == 2  # the data block and our own script, nothing else
+    assert "onerror=" not in page.replace('onerror=\\"', "")
+    assert "<img" not in page
+
+
+# --- headless Chromium -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if not chromium or not driver_path:
+        pytest.fail(
+            "headless Chromium is required: apt-get install -y chromium chromium-driver "
+            "(.ci/run installs them)"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def open_page(browser: Any, path: Path) -> None:
+    browser.get(path.resolve().as_uri())
+
+
+def badge(browser: Any) -> tuple[str, str]:
+    el = browser.find_element("id", "selfcheck")
+    return el.get_attribute("data-status"), el.text
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("fmt", ["pi", "codex", "claude-code", "mini-swe-agent"])
+def test_self_check_passes_on_shared_traces(browser: Any, tmp_path: Path, fmt: str) -> None:
+    # Several windows, so that rules fire and the wall is hit somewhere.
+    result = replay_file(shared_trace(fmt), windows=[30_000, 100_000, 400_000], estimators=EST)
+    page = write_html(result, tmp_path / "replay.html")
+    open_page(browser, page)
+    status, text = badge(browser)
+    assert status == "passed", text
+
+
+@pytest.mark.browser
+def test_self_check_reports_a_difference(browser: Any, tmp_path: Path) -> None:
+    result = replay_file(shared_trace("pi"), windows=[100_000], estimators=EST)
+    page = tmp_path / "bad.html"
+    page.write_text(render_html(result).replace('"wall":', '"wall":7,"x":', 1), encoding="utf-8")
+    open_page(browser, page)
+    status, text = badge(browser)
+    assert status == "failed"
+    assert "wall" in text
+
+
+@pytest.mark.browser
+def test_slider_moves_trigger_markers(browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    result = replay_file(shared_trace("pi"), windows=[400_000], estimators=EST)
+    open_page(browser, write_html(result, tmp_path / "pi.html"))
+    marker = browser.find_element("id", "trigger-corecoder")
+    before = (marker.get_attribute("data-call"), marker.get_attribute("x1"))
+    browser.find_element("id", "window-slider").send_keys(Keys.HOME)  # the smallest window
+    after = browser.find_element("id", "trigger-corecoder")
+    assert (after.get_attribute("data-call"), after.get_attribute("x1")) != before
+    assert int(after.get_attribute("data-call")) < int(before[0])
+    assert "wall: call" in browser.find_element("id", "wall-info").text
+
+
+@pytest.mark.browser
+def test_parameter_input_recomputes(browser: Any, tmp_path: Path) -> None:
+    trace = load_trace(shared_trace("codex"))
+    result = replay_trace(trace, windows=[200_000], estimators=EST)
+    open_page(browser, write_html(result, tmp_path / "codex.html"))
+    assert not browser.find_elements("id", "trigger-pi")  # never fires at 200K
+    box = browser.find_element("id", "param-pi-reserve_tokens")
+    box.clear()
+    box.send_keys("190000")
+    assert browser.find_element("id", "trigger-pi").get_attribute("data-call") is not None
+
+
+@pytest.mark.browser
+def test_hostile_trace_text_runs_no_script(
+    browser: Any, tmp_path: Path, write_log: Callable[[list[str]], Path]
+) -> None:
+    from selenium.common.exceptions import NoAlertPresentException
+
+    result = replay_file(hostile_log(write_log), windows=[8_000], estimators=EST)
+    open_page(browser, write_html(result, tmp_path / "hostile.html"))
+    with pytest.raises(NoAlertPresentException):
+        _ = browser.switch_to.alert.text
+    assert browser.execute_script("return window.__pwned === undefined")
+    assert browser.execute_script("return document.images.length") == 0
+    assert badge(browser)[0] == "passed"
+    # The text is shown as text: the model name and the tooltips hold it literally.
+    assert "<script>window.__pwned" in browser.find_element("id", "trace-info").text
+    titles = browser.execute_script(
+        "return Array.from(document.querySelectorAll('svg title')).map(t => t.textContent)"
+    )
+    assert any(PAYLOADS[0] in t for t in titles)

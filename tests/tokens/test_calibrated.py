@@ -1,0 +1,102 @@
+"""Our calibrated estimators stay inside their bands on every kind of real text."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxbudget.tokens.calibrated import CALIBRATED_ESTIMATORS, calibrated_estimate
+from ctxbudget.tokens.charclass import FEATURES, features
+from ctxbudget.tokens.registry import get_tokenizer
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "estimators"
+KINDS = ("english", "chinese", "japanese", "python", "json", "mixed")
+TOKENIZERS = ("cl100k_base", "o200k_base", "qwen3")
+# Chinese and Japanese: cl100k_base needs ~1.36x the tokens of qwen3 on this corpus, so no single
+# number is within -5% of one and +25% of the other; the generic model keeps the promise that
+# matters (no under-count) and is allowed up to +50% over the most frugal vocabulary there.
+GENERIC_UPPER = {"chinese": 1.50, "japanese": 1.50}
+
+
+@cache
+def _text(kind: str) -> str:
+    return (CORPUS / f"{kind}.txt").read_text(encoding="utf-8")
+
+
+@cache
+def _exact(tokenizer: str, kind: str) -> int:
+    return get_tokenizer(tokenizer).count(_text(kind))
+
+
+def test_shipped_corpus_is_there_and_real_sized() -> None:
+    for kind in KINDS:
+        assert len(_text(kind)) > 20_000, kind
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("tokenizer", TOKENIZERS)
+def test_calibrated_within_minus_5_plus_10(tokenizer: str, kind: str) -> None:
+    estimate = CALIBRATED_ESTIMATORS[f"ctxbudget-{tokenizer}"](_text(kind))
+    ratio = estimate / _exact(tokenizer, kind)
+    assert 0.95 <= ratio <= 1.10, f"{tokenizer} {kind}: {ratio:.3f}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("tokenizer", TOKENIZERS)
+def test_generic_never_under_counts_much(tokenizer: str, kind: str) -> None:
+    ratio = CALIBRATED_ESTIMATORS["ctxbudget"](_text(kind)) / _exact(tokenizer, kind)
+    assert 0.95 <= ratio <= GENERIC_UPPER.get(kind, 1.25), f"{tokenizer} {kind}: {ratio:.3f}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_generic_is_within_25_percent_of_the_largest_count(kind: str) -> None:
+    largest = max(_exact(t, kind) for t in TOKENIZERS)
+    ratio = CALIBRATED_ESTIMATORS["ctxbudget"](_text(kind)) / largest
+    assert 0.95 <= ratio <= 1.25, f"{kind}: {ratio:.3f}"
+
+
+_CHAR_CLASSES = [f for f in FEATURES if not f.endswith("_runs")]
+_RUNS = {
+    "lower_runs": "lower",
+    "upper_runs": "upper",
+    "digit_runs": "digits",
+    "space_runs": "spaces",
+    "punct_runs": "punct",
+    "latin_ext_runs": "latin_ext",
+}
+
+
+@settings(max_examples=200)
+@given(st.text(max_size=60).filter(lambda s: not any(0xD800 <= ord(c) < 0xE000 for c in s)))
+def test_character_classes_partition_the_text(text: str) -> None:
+    counts = dict(zip(FEATURES, features(text), strict=True))
+    assert sum(counts[f] for f in _CHAR_CLASSES) == len(text)
+    for runs, members in _RUNS.items():
+        assert counts[runs] <= counts[members]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("hello world", {"lower": 10, "lower_runs": 2, "spaces": 1, "space_runs": 1}),
+        ("getHTTPCode", {"lower": 6, "lower_runs": 2, "upper": 5, "upper_runs": 1}),
+        ("x = 12 + 345\n", {"digits": 5, "digit_runs": 2, "punct": 2, "newlines": 1}),
+        ("中文，「かな」한국", {"han": 2, "fullwidth": 1, "cjk_punct": 2, "kana": 2, "hangul": 2}),
+        ("привет мир — ok \U0001f600", {"latin_ext": 9, "latin_ext_runs": 2, "symbols": 1}),
+    ],
+)
+def test_features_of_small_texts(text: str, expected: dict[str, int]) -> None:
+    counts = dict(zip(FEATURES, features(text), strict=True))
+    for name, value in expected.items():
+        assert counts[name] == value, name
+
+
+@settings(max_examples=100)
+@given(st.text(max_size=40), st.text(max_size=40))
+def test_estimate_grows_with_more_text(left: str, right: str) -> None:
+    for name in CALIBRATED_ESTIMATORS:
+        assert calibrated_estimate(name, left + right) + 1 >= calibrated_estimate(name, left)
