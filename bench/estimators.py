@@ -1,6 +1,6 @@
 """Estimators vs exact counts: ratio per kind of text and tokenizer, and speed vs tiktoken.
 
-    .venv/bin/python bench/estimators.py [--repeat 15] [--short 200]
+    .venv/bin/python bench/estimators.py [--repeat 15] [--short 200] [--medium 3000]
 
 Text: the real-text samples in tests/data/estimators (see SOURCES.md there). Speed: the best of
 ``--repeat`` interleaved runs of each estimator and of exact tiktoken encoding of the same text
@@ -61,7 +61,7 @@ def speed_table(texts: dict[str, str], repeat: int) -> list[str]:
             ]
             exact_s = min(p[0] for p in pairs)
             est_s = min(p[1] for p in pairs)
-            cells.append(f"{exact_s / est_s:.0f}x ({est_s * 1e6:.0f} µs)")
+            cells.append(f"{exact_s / est_s:.1f}x ({est_s * 1e6:.1f} µs)")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     times = [f"{best_time(encode, t, repeat) * 1e6:.0f} µs" for t in texts.values()]
     lines.append("| exact cl100k_base encode | " + " | ".join(times) + " |")
@@ -72,18 +72,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--short", type=int, default=200, help="characters of the short samples")
+    parser.add_argument("--medium", type=int, default=3000, help="characters of the medium ones")
     args = parser.parse_args()
     texts = {k: (CORPUS / f"{k}.txt").read_text(encoding="utf-8") for k in KINDS}
     print("## Ratio estimate / exact tokens, whole sample of each kind\n")
     print("\n".join(ratio_table(texts)))
     sizes = ", ".join(f"{k} {len(texts[k])}" for k in KINDS)
-    print(f"\n## Speed: times faster than exact encoding ({sizes} chars)\n")
+    print(f"\n## Speed: times faster than exact encoding, whole samples ({sizes} chars)\n")
     print("\n".join(speed_table(texts, args.repeat)))
-    short = {
-        f"{k}[:{args.short}]": texts[k][: args.short] for k in ("english", "chinese", "python")
-    }
-    print(f"\n## Speed on short texts ({args.short} chars)\n")
-    print("\n".join(speed_table(short, args.repeat * 20)))
+    for size, repeat in ((args.medium, args.repeat * 4), (args.short, args.repeat * 20)):
+        pieces = {f"{k}[:{size}]": texts[k][:size] for k in KINDS}
+        print(f"\n## Speed: times faster than exact encoding, first {size} chars\n")
+        print("\n".join(speed_table(pieces, repeat)))
 
 
 if __name__ == "__main__":

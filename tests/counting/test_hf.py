@@ -103,3 +103,11 @@ def test_folder_without_template_says_how_to_fix(tmp_path: Path) -> None:
     (root / "tokenizer_config.json").write_text("{}", encoding="utf-8")
     with pytest.raises(InputError, match="chat_template"):
         count_request(Request(messages=(Message(role="user", content="hi"),)), f"hf:{root}")
+
+
+def test_packaged_qwen35_template_is_the_shared_one(templates_dir: Path) -> None:
+    from ctxbudget.counting.hf import packaged_template
+
+    assert packaged_template("qwen3.5.jinja") == (templates_dir / "qwen3.5.jinja").read_text(
+        encoding="utf-8"
+    )

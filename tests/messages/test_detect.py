@@ -27,6 +27,7 @@ TOOL_USE = {"type": "tool_use", "id": "t", "name": "n", "input": {}}
         ({"messages": [{"role": "assistant", "content": [TOOL_USE]}]}, "anthropic"),
         ({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}]}, "openai"),
         ({"messages": "junk", "tools": "junk"}, "openai"),
+        ({"messages": [{"role": "user", "content": [{"type": []}]}]}, "openai"),
     ],
 )
 def test_detect_request_format(body: dict[str, Any], expected: str) -> None:

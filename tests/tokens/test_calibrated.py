@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxbudget.tokens.calibrated import CALIBRATED_ESTIMATORS, calibrated_estimate
-from ctxbudget.tokens.charclass import FEATURES, features
+from ctxbudget.tokens.charclass import (
+    FEATURES,
+    SHORT_TEXT,
+    features,
+    numpy_features,
+    short_features,
+)
 from ctxbudget.tokens.registry import get_tokenizer
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "estimators"
@@ -100,3 +106,28 @@ def test_features_of_small_texts(text: str, expected: dict[str, int]) -> None:
 def test_estimate_grows_with_more_text(left: str, right: str) -> None:
     for name in CALIBRATED_ESTIMATORS:
         assert calibrated_estimate(name, left + right) + 1 >= calibrated_estimate(name, left)
+
+
+# Every plane and the blocks the classes split on: ASCII, Latin/Cyrillic, Indic, symbols, CJK
+# punctuation, kana, Han, Hangul, combining marks, fullwidth, emoji, lone surrogates.
+_ANY_TEXT = st.text(
+    alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF)
+    | st.sampled_from(
+        "aZ9 \t\n\r!é\u0301д\u0915\u2014\u3000。かカ\u3105中한\uff0c\U0001f600\U00020000"
+    ),
+    max_size=300,
+)
+
+
+@settings(max_examples=300)
+@given(_ANY_TEXT)
+def test_short_and_numpy_paths_count_the_same(text: str) -> None:
+    assert short_features(text) == numpy_features(text)
+
+
+@settings(max_examples=30)
+@given(_ANY_TEXT, st.integers(min_value=SHORT_TEXT - 2, max_value=SHORT_TEXT + 2))
+def test_features_agree_across_the_short_text_limit(piece: str, size: int) -> None:
+    text = (piece or "x") * (size // len(piece or "x") + 1)
+    for cut in (text[:size], text[: SHORT_TEXT + 1]):
+        assert features(cut) == numpy_features(cut) == short_features(cut)

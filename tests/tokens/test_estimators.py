@@ -15,6 +15,7 @@ from ctxbudget.errors import UnknownNameError
 from ctxbudget.tokens.calibrated import ESTIMATORS, estimate
 from ctxbudget.tokens.estimators import (
     HARNESS_ESTIMATORS,
+    _corecoder_counts,
     codex,
     corecoder_v04,
     corecoder_v07,
@@ -120,10 +121,14 @@ def _corecoder_v07_reference(text: str) -> int:
     return math.ceil(cjk / 1.5) + int(rest / (2.8 if dense else 3.4))
 
 
-_TEXT = st.text(
-    alphabet=st.sampled_from("ab Z9_ \n\t!{}\"'中文，。（）ひカ한é\u3000\uff01" + EMOJI),
-    max_size=80,
-) | st.text(max_size=40)
+_TEXT = (
+    st.text(
+        alphabet=st.sampled_from("ab Z9_ \n\t!{}\"'中文，。（）ひカ한é\u3000\uff01" + EMOJI),
+        max_size=80,
+    )
+    | st.text(max_size=40)
+    | st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=200)
+)
 
 
 @settings(max_examples=300)
@@ -137,6 +142,17 @@ def test_formulas_match_their_definitions(text: str) -> None:
     assert opencode(text) == math.floor(units / 4 + 0.5)
     assert codex(text) == math.ceil(len(text.encode("utf-8", "surrogatepass")) / 4)
     assert miniagent(text) == math.ceil(ascii_chars / 3.5 + len(text) - ascii_chars)
+
+
+@pytest.mark.parametrize("plane", range(17))
+def test_corecoder_v07_matches_the_regexes_on_every_code_point(plane: int) -> None:
+    # Exhaustive: each code point of the plane, in pieces that mix CJK, symbols and the rest.
+    start = plane * 0x10000
+    for low in range(start, start + 0x10000, 0x1000):
+        text = "".join(map(chr, range(low, low + 0x1000)))
+        expected = (len(_CJK.findall(text)), len(_SYMBOL.findall(text)))
+        assert _corecoder_counts(text) == expected, hex(low)
+        assert corecoder_v07(text[::7]) == _corecoder_v07_reference(text[::7]), hex(low)
 
 
 @settings(max_examples=100)

@@ -188,9 +188,10 @@ class Agent:
         if not self.pending():
             return None
         self._turn_compactions = 0
-        last = self.messages[-1]
-        if last.role == "assistant":
-            self._run_tools(last.tool_calls)
+        # Killed between parallel tool results: answer the calls still open, in order.
+        caller = next((m for m in reversed(self.messages) if m.role == "assistant"), None)
+        if caller is not None and caller.tool_calls:
+            self._run_tools(caller.tool_calls)
         return self._run()
 
     def _run(self) -> Message:

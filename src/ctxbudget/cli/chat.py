@@ -18,11 +18,13 @@ from ctxbudget.agent.session import open_archive
 from ctxbudget.budget.rules import POLICY_NAMES
 from ctxbudget.cli.demo import BudgetView, default_archive_path, print_summary
 from ctxbudget.compaction.strategies import STRATEGY_NAMES
-from ctxbudget.providers.openai_compat import DEFAULT_API_KEY_ENV, OpenAICompatibleProvider
 from ctxbudget.tokens.registry import tokenizer_for_model
 
 __all__ = ["chat_command"]
 
+# The provider's own default (providers/openai_compat.py); that module is imported only when the
+# command runs, since the openai SDK takes about 0.9 s to import.
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_SYSTEM = "You are a helpful assistant. Answer concisely."
 
 
@@ -83,6 +85,8 @@ def chat_command(
       ctxbudget chat --base-url http://127.0.0.1:11434/v1 --model qwen3:8b --window 8192
       printf 'hello\\nand again\\n' | ctxbudget chat --base-url URL --model M --json
     """
+    from ctxbudget.providers.openai_compat import OpenAICompatibleProvider
+
     kind, tokenizer = tokenizer_for_model(model)
     provider = OpenAICompatibleProvider(
         base_url=base_url,

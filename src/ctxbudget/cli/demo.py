@@ -19,7 +19,7 @@ from rich.table import Table
 from ctxbudget.agent.events import LoopEvent, SessionSummary
 from ctxbudget.agent.loop import Agent
 from ctxbudget.agent.session import open_archive
-from ctxbudget.budget.rules import POLICY_NAMES
+from ctxbudget.budget.rules import POLICY_NAMES, validate_window
 from ctxbudget.compaction.strategies import STRATEGY_NAMES
 from ctxbudget.errors import ConfigError
 from ctxbudget.providers.mock import MockProvider
@@ -27,10 +27,11 @@ from ctxbudget.providers.scenarios import SCENARIO_NAMES
 
 __all__ = ["BudgetView", "default_archive_path", "demo_command", "print_summary"]
 
-# Small enough that compactions happen: the coding scenario's largest tool output is about
-# 1,300 tokens; the chat scenario's window is the seed's experiment (1,200, 17 turns).
-DEFAULT_WINDOWS = {"coding": 4096, "chat": 1200}
-DEFAULT_TURNS = {"coding": 12, "chat": 17}
+# Small enough that compactions happen, large enough that several turns fit between them: a
+# coding turn adds about 1,500 tokens (4,096 compacted every second turn; 8,192 every third or
+# fourth). The chat scenario's window is the seed's experiment (1,200, 17 turns).
+DEFAULT_WINDOWS = {"coding": 8192, "chat": 1200}
+DEFAULT_TURNS = {"coding": 16, "chat": 17}
 BAR_WIDTH = 24
 
 
@@ -121,7 +122,7 @@ def _write_html(archive: str, window: int, html: Path) -> None:
 
 
 @click.command("demo")
-@click.option("--window", type=int, default=None, help="Context window (default: 4096, chat 1200).")
+@click.option("--window", type=int, default=None, help="Context window (default: 8192, chat 1200).")
 @click.option("--turns", type=int, default=None, help="User turns to run (default: 12, chat 17).")
 @click.option("--scenario", type=click.Choice(SCENARIO_NAMES), default="coding", show_default=True)
 @click.option("--policy", type=click.Choice(POLICY_NAMES), default="ctxbudget", show_default=True)
@@ -159,7 +160,7 @@ def demo_command(
 
     \b
     Examples:
-      ctxbudget demo                                   coding agent, window 4096
+      ctxbudget demo                                   coding agent, window 8192
       ctxbudget demo --scenario chat --window 1200 --turns 17
       ctxbudget demo --policy pi --strategy truncate --json
       ctxbudget demo --archive run.jsonl               resume run.jsonl if it exists
@@ -172,7 +173,7 @@ def demo_command(
     path = archive or default_archive_path()
     settings: dict[str, Any] = {
         "scenario": scenario,
-        "window": window or DEFAULT_WINDOWS[scenario],
+        "window": DEFAULT_WINDOWS[scenario] if window is None else validate_window(window),
         "policy": policy,
         "strategy": strategy,
         "seed": seed,

@@ -72,5 +72,9 @@ def _has_anthropic_block(message: object) -> bool:
         return False
     content = message.get("content")
     return isinstance(content, list) and any(
-        isinstance(b, Mapping) and b.get("type") in _ANTHROPIC_ONLY for b in content
+        isinstance(b, Mapping) and _is_anthropic_type(b.get("type")) for b in content
     )
+
+
+def _is_anthropic_type(kind: object) -> bool:
+    return isinstance(kind, str) and kind in _ANTHROPIC_ONLY  # a list "type" is unhashable

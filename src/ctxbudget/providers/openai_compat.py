@@ -6,15 +6,11 @@ Non-streaming only. Retries are ours (bounded, logged); the openai SDK's own are
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import json
 import logging
-import os
-import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 import openai
 
@@ -29,6 +25,16 @@ from ctxbudget.errors import (
 from ctxbudget.messages import Message, Request, Usage
 from ctxbudget.messages.openai import message_from_openai, request_to_openai
 from ctxbudget.providers.base import Completion, Provider, StopReason
+from ctxbudget.providers.endpoint import (
+    DEFAULT_API_KEY_ENV,
+    NO_API_KEY,
+    api_key_from_env,
+    checked_url,
+    provider_name_for,
+    public_url,
+    redact,
+    url_secrets,
+)
 from ctxbudget.providers.overflow import classify_error, server_error_text
 from ctxbudget.providers.retry import (
     DEFAULT_RETRY,
@@ -49,9 +55,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
-NO_API_KEY = "not-needed"
-"""Sent as the key to local servers that need none (the SDK insists on some key)."""
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_READ_TIMEOUT = 600.0
 """10 minutes: a local model can take that long on a long prompt before its first byte."""
@@ -59,25 +62,6 @@ SILENT_OVERFLOW_FILL = 0.99
 """A length stop with no output and the prompt at 99% of the window or more is an overflow
 (the server truncated or filled the window); 99% is the margin Pi uses for the same check."""
 
-# Known hosts first, then the default ports of local servers.
-_HOSTS = (
-    ("api.openai.com", "openai"),
-    ("openrouter.ai", "openrouter"),
-    ("api.groq.com", "groq"),
-    ("api.deepseek.com", "deepseek"),
-    ("api.x.ai", "xai"),
-    ("api.mistral.ai", "mistral"),
-    ("api.cerebras.ai", "cerebras"),
-    ("api.together.xyz", "together"),
-    ("api.moonshot", "kimi"),
-    ("dashscope", "dashscope"),
-    ("generativelanguage.googleapis.com", "gemini"),
-    ("api.z.ai", "zai"),
-    ("bigmodel.cn", "zai"),
-    ("minimax", "minimax"),
-)
-# 11434: Ollama; 8000: vLLM (`vllm serve`); 8080: llama.cpp's llama-server; 1234: LM Studio.
-_PORTS = {11434: "ollama", 8000: "vllm", 8080: "llamacpp", 1234: "lmstudio"}
 _FINISH: Mapping[str, StopReason] = {
     "stop": "stop",
     "eos": "stop",
@@ -86,25 +70,6 @@ _FINISH: Mapping[str, StopReason] = {
     "function_call": "tool_calls",
     "content_filter": "content_filter",
 }
-_BEARER = re.compile(r"(bearer\s+)\S+", re.IGNORECASE)
-_SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}")
-
-
-def provider_name_for(base_url: str) -> str:
-    """A short provider name guessed from the URL: host table, then local default ports.
-
-    Falls back to ``openai-compatible``.
-    """
-    parts = urlsplit(base_url)
-    host = (parts.hostname or "").lower()
-    for fragment, name in _HOSTS:
-        if fragment in host:
-            return name
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    return _PORTS.get(port or 0, "openai-compatible")
 
 
 class OpenAICompatibleProvider(Provider):
@@ -132,7 +97,7 @@ class OpenAICompatibleProvider(Provider):
         resend_reasoning: bool = False,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.base_url = _check_url(base_url)
+        self.base_url = checked_url(base_url)
         if not isinstance(model, str) or not model.strip():
             raise ConfigError("model must be a non-empty model name, e.g. model='qwen3:8b'")
         self.model = model
@@ -143,8 +108,8 @@ class OpenAICompatibleProvider(Provider):
         self.retry = retry
         self.resend_reasoning = resend_reasoning
         self._sleep = sleep
-        key = _api_key(api_key_env, self.base_url)
-        self._secrets = tuple(s for s in (key, *_url_secrets(base_url)) if s and s != NO_API_KEY)
+        key = api_key_from_env(api_key_env, self.base_url)
+        self._secrets = tuple(s for s in (key, *url_secrets(base_url)) if s and s != NO_API_KEY)
         self._connect_timeout = _seconds(connect_timeout, "connect_timeout")
         self._read_timeout = _seconds(read_timeout, "read_timeout")
         self._client = openai.OpenAI(
@@ -155,7 +120,7 @@ class OpenAICompatibleProvider(Provider):
         )
 
     def __repr__(self) -> str:
-        url = _public_url(self.base_url)
+        url = public_url(self.base_url)
         return (
             f"OpenAICompatibleProvider(name={self.name!r}, base_url={url!r}, model={self.model!r})"
         )
@@ -304,13 +269,11 @@ class OpenAICompatibleProvider(Provider):
         return ProviderError(f"{error} ({why})", status=error.status)
 
     def _error(self, what: str, *, status: int | None = None) -> ProviderError:
-        where = _public_url(self.base_url)
+        where = public_url(self.base_url)
         return ProviderError(self._redact(f"{self.name} server at {where}: {what}"), status=status)
 
     def _redact(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "[redacted]")
-        return _SK_KEY.sub("sk-[redacted]", _BEARER.sub(r"\1[redacted]", text))
+        return redact(text, self._secrets)
 
 
 class _Transient(Exception):
@@ -320,40 +283,6 @@ class _Transient(Exception):
         super().__init__(str(error))
         self.error = error
         self.retry_after = retry_after
-
-
-def _api_key(env: str | None, base_url: str) -> str:
-    if env is None:
-        return NO_API_KEY
-    value = os.environ.get(env, "").strip()
-    if value:
-        return value
-    if _is_local(base_url):
-        return NO_API_KEY
-    raise ConfigError(
-        f"no API key for {_public_url(base_url)}: set the environment variable {env}, "
-        "or pass api_key_env=None for a server that needs none"
-    )
-
-
-def _is_local(base_url: str) -> bool:
-    host = (urlsplit(base_url).hostname or "").lower()
-    if host == "localhost" or host.endswith(".local"):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return address.is_loopback or address.is_private or address.is_unspecified
-
-
-def _check_url(base_url: object) -> str:
-    parts = urlsplit(base_url) if isinstance(base_url, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(
-            f"base_url must be an http(s) URL such as http://localhost:11434/v1, got {base_url!r}"
-        )
-    return str(base_url).rstrip("/")
 
 
 def _check_window(window: object) -> int | None:
@@ -368,19 +297,6 @@ def _seconds(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
     return float(value)
-
-
-def _public_url(base_url: str) -> str:
-    """The URL without user:password, query or fragment, for messages and logs."""
-    parts = urlsplit(base_url)
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
-
-
-def _url_secrets(base_url: str) -> tuple[str, ...]:
-    parts = urlsplit(base_url)
-    return tuple(s for s in (parts.password, parts.query) if s)
 
 
 def _safe_text(response: Any) -> str:

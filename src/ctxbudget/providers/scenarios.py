@@ -127,11 +127,24 @@ _CALL = re.compile(r"^call_(\d+)_(\d+)_(\d+)$")
 
 
 def _turn_of(request: Request) -> int | None:
-    for message in reversed(request.messages):
+    """The turn the request is in: the highest turn named by a user message or a tool call id.
+
+    Turns only grow, and compaction may fold the current task's message into a summary while
+    keeping its latest tool step, so the maximum over what is left is the current turn.
+    """
+    found: list[int] = []
+    for message in request.messages:
         if message.role == "user" and not message.is_summary:
             match = _TURN.match(message.text)
-            return int(match.group(1)) if match else None
-    return None
+            if match:
+                found.append(int(match.group(1)))
+        ids = [c.id for c in message.tool_calls]
+        ids += [message.tool_call_id] if message.tool_call_id else []
+        for call_id in ids:
+            call = _CALL.match(call_id)
+            if call:
+                found.append(int(call.group(1)))
+    return max(found) if found else None
 
 
 @dataclass(frozen=True, slots=True)

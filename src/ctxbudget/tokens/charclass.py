@@ -1,7 +1,7 @@
 """Character-class counts of a text: the features of the calibrated estimators.
 
-Fast: the text is encoded to UTF-8 once and classified by a 256-entry table in numpy (the UTF-8
-lead byte already names the script block), so no Python code runs per character.
+The UTF-8 lead byte names the script block, so a 256-entry table classifies every character in C:
+``bytes.translate`` for short texts (no fixed numpy cost), numpy for long ones.
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ FEATURES = (
     "astral",  # four-byte UTF-8: emoji, CJK extension B and beyond
 )
 _RUN_CLASSES = (_LOWER, _UPPER, _DIGIT, _SPACE, _PUNCT, _LATIN_EXT)
+# Up to this many characters the pure-Python path is faster than numpy's fixed cost per call
+# (bench/estimators.py: the two cross near 2-3k characters).
+SHORT_TEXT = 2048
 
 
 def _class_of_byte(b: int) -> int:
@@ -84,6 +87,13 @@ def _e3_split(data: np.ndarray[Any, Any]) -> tuple[int, int, int]:
 
 def features(text: str) -> tuple[int, ...]:
     """The counts named in ``FEATURES``, in that order."""
+    if len(text) <= SHORT_TEXT:
+        return short_features(text)
+    return numpy_features(text)
+
+
+def numpy_features(text: str) -> tuple[int, ...]:
+    """``features`` by numpy: one table lookup and two histograms, fastest on long texts."""
     import numpy as np
 
     raw = text.encode("utf-8", "surrogatepass")
@@ -121,3 +131,89 @@ def features(text: str) -> tuple[int, ...]:
         counts[_FULLWIDTH],
         counts[_ASTRAL],
     )
+
+
+# The pure-Python path. Each character becomes one byte: its class letter (b"A" + class) for the
+# counts, and one bit per run class for the runs, so a run start is "my bit set, previous one not".
+_LETTERS = bytes(0x41 + _class_of_byte(b) for b in range(256))
+_CONTINUATION = bytes(range(0x80, 0xC0))
+_RUN_BITS = bytes(
+    1 << _RUN_CLASSES.index(b - 0x41) if b - 0x41 in _RUN_CLASSES else 0 for b in range(256)
+)
+# ASCII-only text: the bits straight from the bytes, with newline as a seventh bit (counted only).
+_ASCII_BITS = bytes(
+    _RUN_BITS[_LETTERS[b]] or (0x40 if _LETTERS[b] == 0x41 + _NEWLINE else 0) for b in range(256)
+)
+_BIT = [bytes([1 << i]) for i in range(7)]
+_L = [bytes([0x41 + c]) for c in range(_N_CLASSES)]
+
+
+def _run_starts(bits: bytes) -> bytes:
+    """Per character, the bits of the run classes whose run starts there."""
+    value = int.from_bytes(bits, "big")
+    return (value ^ (value & (value >> 8))).to_bytes(len(bits), "big")
+
+
+def short_features(text: str) -> tuple[int, ...]:
+    """``features`` by ``bytes.translate`` and ``bytes.count``: no numpy, fastest on short texts."""
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) == len(text):
+        return _ascii_features(raw)
+    chars = raw.translate(_LETTERS, _CONTINUATION)
+    count = chars.count
+    runs = _run_starts(chars.translate(_RUN_BITS)).count
+    e3 = count(_L[_E3])
+    punct = raw.count(b"\xe3\x80") if e3 else 0  # U+3000..U+303F
+    kana = raw.count(b"\xe3\x81") + raw.count(b"\xe3\x82") + raw.count(b"\xe3\x83") if e3 else 0
+    bit = _BIT
+    return (
+        count(_L[_LOWER]),
+        runs(bit[0]),
+        count(_L[_UPPER]),
+        runs(bit[1]),
+        count(_L[_DIGIT]),
+        runs(bit[2]),
+        count(_L[_SPACE]),
+        runs(bit[3]),
+        count(_L[_NEWLINE]),
+        count(_L[_PUNCT]),
+        runs(bit[4]),
+        count(_L[_LATIN_EXT]),
+        runs(bit[5]),
+        count(_L[_INDIC]),
+        count(_L[_SYMBOL]),
+        punct,
+        kana,
+        e3 - punct - kana + count(_L[_HAN]),
+        count(_L[_HANGUL]),
+        count(_L[_FULLWIDTH]),
+        count(_L[_ASTRAL]),
+    )
+
+
+def _ascii_features(raw: bytes) -> tuple[int, ...]:
+    if not raw:
+        return (0,) * len(FEATURES)
+    bits = raw.translate(_ASCII_BITS)
+    count = bits.count
+    runs = _run_starts(bits).count
+    bit = _BIT
+    lower, upper, digits, spaces = count(bit[0]), count(bit[1]), count(bit[2]), count(bit[3])
+    newlines = count(bit[6])
+    return (
+        lower,
+        runs(bit[0]),
+        upper,
+        runs(bit[1]),
+        digits,
+        runs(bit[2]),
+        spaces,
+        runs(bit[3]),
+        newlines,
+        len(raw) - lower - upper - digits - spaces - newlines,
+        runs(bit[4]),
+        *_NON_ASCII_ZEROS,
+    )
+
+
+_NON_ASCII_ZEROS = (0,) * (len(FEATURES) - 11)

@@ -1,0 +1,127 @@
+"""Where a provider lives: its URL, its short name, its API key, and keeping secrets out of text."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from urllib.parse import urlsplit
+
+from ctxbudget.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_API_KEY_ENV",
+    "NO_API_KEY",
+    "api_key_from_env",
+    "checked_url",
+    "is_local_url",
+    "provider_name_for",
+    "public_url",
+    "redact",
+    "url_secrets",
+]
+
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+NO_API_KEY = "not-needed"
+"""Sent as the key to local servers that need none (the SDK insists on some key)."""
+
+# Known hosts first, then the default ports of local servers.
+_HOSTS = (
+    ("api.openai.com", "openai"),
+    ("openrouter.ai", "openrouter"),
+    ("api.groq.com", "groq"),
+    ("api.deepseek.com", "deepseek"),
+    ("api.x.ai", "xai"),
+    ("api.mistral.ai", "mistral"),
+    ("api.cerebras.ai", "cerebras"),
+    ("api.together.xyz", "together"),
+    ("api.moonshot", "kimi"),
+    ("dashscope", "dashscope"),
+    ("generativelanguage.googleapis.com", "gemini"),
+    ("api.z.ai", "zai"),
+    ("bigmodel.cn", "zai"),
+    ("minimax", "minimax"),
+)
+# 11434: Ollama; 8000: vLLM (`vllm serve`); 8080: llama.cpp's llama-server; 1234: LM Studio.
+_PORTS = {11434: "ollama", 8000: "vllm", 8080: "llamacpp", 1234: "lmstudio"}
+_BEARER = re.compile(r"(bearer\s+)\S+", re.IGNORECASE)
+_SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}")
+
+
+def provider_name_for(base_url: str) -> str:
+    """A short provider name guessed from the URL: host table, then local default ports.
+
+    Falls back to ``openai-compatible``.
+    """
+    parts = urlsplit(base_url)
+    host = (parts.hostname or "").lower()
+    for fragment, name in _HOSTS:
+        if fragment in host:
+            return name
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return _PORTS.get(port or 0, "openai-compatible")
+
+
+def api_key_from_env(env: str | None, base_url: str) -> str:
+    """The key in ``$env``; ``NO_API_KEY`` when ``env`` is None or a local server has none.
+
+    A remote server without a key is a ``ConfigError`` that names the variable, never a value.
+    """
+    if env is None:
+        return NO_API_KEY
+    value = os.environ.get(env, "").strip()
+    if value:
+        return value
+    if is_local_url(base_url):
+        return NO_API_KEY
+    raise ConfigError(
+        f"no API key for {public_url(base_url)}: set the environment variable {env}, "
+        "or pass api_key_env=None for a server that needs none"
+    )
+
+
+def is_local_url(base_url: str) -> bool:
+    """True for localhost, ``*.local`` and loopback or private addresses (a LAN vLLM box)."""
+    host = (urlsplit(base_url).hostname or "").lower()
+    if host == "localhost" or host.endswith(".local"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private or address.is_unspecified
+
+
+def checked_url(base_url: object) -> str:
+    """The base URL without a trailing slash; anything but an http(s) URL is a ``ConfigError``."""
+    parts = urlsplit(base_url) if isinstance(base_url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"base_url must be an http(s) URL such as http://localhost:11434/v1, got {base_url!r}"
+        )
+    return str(base_url).rstrip("/")
+
+
+def public_url(base_url: str) -> str:
+    """The URL without user:password, query or fragment, for messages and logs."""
+    parts = urlsplit(base_url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def url_secrets(base_url: str) -> tuple[str, ...]:
+    """Parts of the URL that may hold credentials (password, query), to redact from messages."""
+    parts = urlsplit(base_url)
+    return tuple(s for s in (parts.password, parts.query) if s)
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """The text with each secret, any ``Bearer`` token and any ``sk-...`` key replaced."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return _SK_KEY.sub("sk-[redacted]", _BEARER.sub(r"\1[redacted]", text))
