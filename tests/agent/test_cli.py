@@ -147,6 +147,8 @@ def test_chat_floor_error_before_any_request(tmp_path: Path) -> None:
             "qwen3-8b",
             "--window",
             "1000",
+            "--max-output",
+            "4096",
             "--archive",
             str(tmp_path / "c.jsonl"),
         ]

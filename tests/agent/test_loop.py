@@ -169,3 +169,15 @@ def test_usage_is_recorded_with_the_compaction_id(make_agent: MakeAgent) -> None
     assert replies and all(m.usage is not None for m in replies)
     assert replies[-1].usage is not None
     assert replies[-1].usage.compaction_id == agent.compaction_id is not None
+
+
+def test_adopting_a_small_window_without_a_reply_limit_still_fits(make_agent: MakeAgent) -> None:
+    """Ollama's classic case: configured 32K, the server has 4,096, no max output given."""
+    made = make_agent("coding", window=32_768, server_window=4096, max_output_tokens=None)
+    _run(made, 6)
+    agent, provider, events = made
+    assert agent.window == 4096 and agent.overflows == 1
+    assert agent.max_output_tokens == 1024  # a quarter of the adopted window
+    later = events[events.index(_kinds(events, "window_changed")[0]) :]
+    assert not _kinds(later, "overflow")
+    assert all(r.max_output_tokens is not None for r in provider.requests)

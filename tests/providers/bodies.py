@@ -156,3 +156,70 @@ OPENAI_QUOTA: dict[str, Any] = {
 BEDROCK_THROTTLE: dict[str, Any] = {
     "error": {"message": "ThrottlingException: Too many tokens, please wait before trying again."}
 }
+
+
+# --- streamed replies (chat.completion.chunk), in the shapes the servers send ---------------
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG",
+        "object": "chat.completion.chunk",
+        "created": 1741570283,
+        "model": "gpt-4.1-2025-04-14",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        **extra,
+    }
+
+
+def _usage_chunk(usage: dict[str, Any]) -> dict[str, Any]:
+    # stream_options.include_usage: a last chunk with no choices and the whole request's usage.
+    return _chunk({}) | {"choices": [], "usage": usage}
+
+
+# OpenAI API reference, "Create chat completion" streaming example, split into more pieces,
+# with include_usage on (null usage on every chunk but the last, as OpenAI sends it).
+OPENAI_STREAM: tuple[dict[str, Any], ...] = (
+    _chunk({"role": "assistant", "content": "", "refusal": None}, usage=None),
+    _chunk({"content": "Hello"}, usage=None),
+    _chunk({"content": "! How can"}, usage=None),
+    _chunk({"content": " I assist you"}, usage=None),
+    _chunk({"content": " today?"}, usage=None),
+    _chunk({}, "stop", usage=None),
+    _usage_chunk(OPENAI_CHAT["usage"]),
+)
+
+# vLLM with the qwen3 reasoning parser and the hermes tool parser: reasoning first, then one
+# tool call whose arguments arrive in pieces (index-based deltas), then the usage chunk.
+VLLM_TOOL_STREAM: tuple[dict[str, Any], ...] = (
+    _chunk({"role": "assistant", "content": ""}),
+    _chunk({"reasoning_content": "The user wants the file;"}),
+    _chunk({"reasoning_content": " read it first."}),
+    _chunk(
+        {
+            "tool_calls": [
+                {
+                    "id": "chatcmpl-tool-1a2b",
+                    "type": "function",
+                    "index": 0,
+                    "function": {"name": "read_file"},
+                }
+            ]
+        }
+    ),
+    _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"path": '}}]}),
+    _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"src/app.py"}'}}]}),
+    _chunk({"content": None}, "tool_calls"),
+    _usage_chunk(VLLM_TOOL_CALL["usage"]),
+)
+
+# vLLM reports a failure that happens after the stream started as an error event.
+VLLM_STREAM_ERROR: dict[str, Any] = {
+    "error": {
+        "object": "error",
+        "message": "The engine crashed; please retry.",
+        "type": "InternalServerError",
+        "param": None,
+        "code": 500,
+    }
+}

@@ -22,6 +22,11 @@ class Reply:
 
     ``reset`` drops the connection with a TCP RST before any byte of the reply;
     ``close_mid_body`` sends the headers and half the body, then closes.
+
+    With ``chunks`` the reply is a server-sent event stream: one ``data:`` event per chunk
+    (a dict is sent as JSON, a str as is), then ``data: [DONE]`` when ``done``. ``cut_after=k``
+    closes the connection after k chunks, without ``[DONE]`` and, when ``chunked``, without
+    the chunked body's last empty chunk (what a crashed server or a dropped proxy leaves).
     """
 
     status: int = 200
@@ -30,6 +35,12 @@ class Reply:
     delay: float = 0.0
     """Seconds to wait before answering (read timeouts)."""
     action: Action = "respond"
+    chunks: tuple[dict[str, Any] | str, ...] | None = None
+    cut_after: int | None = None
+    done: bool = True
+    chunked: bool = True
+    """Send the stream with chunked transfer encoding (as uvicorn does), else close-delimited."""
+    chunk_delay: float = 0.0
 
     def body_bytes(self) -> bytes:
         if isinstance(self.body, dict):
@@ -126,6 +137,9 @@ def _handler_for(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             if reply.action == "reset":
                 self._reset()
                 return
+            if reply.chunks is not None:
+                self._stream(reply)
+                return
             payload = reply.body_bytes()
             self.send_response(reply.status)
             headers = {"Content-Type": "application/json", **reply.headers}
@@ -141,6 +155,45 @@ def _handler_for(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 return
             self.wfile.write(payload)
             self.close_connection = True
+
+        def _stream(self, reply: Reply) -> None:
+            self.send_response(reply.status)
+            headers = {"Content-Type": "text/event-stream", **reply.headers}
+            for name, value in headers.items():
+                self.send_header(name, value)
+            if reply.chunked:
+                self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            assert reply.chunks is not None
+            for sent, chunk in enumerate(reply.chunks):
+                if sent == reply.cut_after:
+                    self._close()
+                    return
+                data = chunk if isinstance(chunk, str) else json.dumps(chunk)
+                self._write(reply, f"data: {data}\n\n".encode())
+                if reply.chunk_delay:
+                    time.sleep(reply.chunk_delay)
+            if reply.cut_after is not None:
+                self._close()
+                return
+            if reply.done:
+                self._write(reply, b"data: [DONE]\n\n")
+            if reply.chunked:
+                self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+            self.close_connection = True
+
+        def _write(self, reply: Reply, data: bytes) -> None:
+            if reply.chunked:
+                data = b"%x\r\n%s\r\n" % (len(data), data)
+            self.wfile.write(data)
+            self.wfile.flush()
+
+        def _close(self) -> None:
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
 
         def _reset(self) -> None:
             # SO_LINGER with a zero timeout makes close() send RST instead of FIN.

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from ctxbudget.tokens.calibrated import CALIBRATED_ESTIMATORS, calibrated_estimate
 from ctxbudget.tokens.charclass import (
     FEATURES,
+    FUSED_TEXT,
     SHORT_TEXT,
     features,
     numpy_features,
@@ -131,3 +132,30 @@ def test_features_agree_across_the_short_text_limit(piece: str, size: int) -> No
     text = (piece or "x") * (size // len(piece or "x") + 1)
     for cut in (text[:size], text[: SHORT_TEXT + 1]):
         assert features(cut) == numpy_features(cut) == short_features(cut)
+
+
+# The fused models count only what their weights use; they must give the reference formula's
+# number on every text: empty, ASCII (with and without digits), any script, and long texts.
+_ASCII_TEXT = st.text(alphabet=st.characters(max_codepoint=127), max_size=300)
+
+
+@settings(max_examples=300)
+@given(_ANY_TEXT | _ASCII_TEXT)
+def test_fused_models_equal_the_reference_formula(text: str) -> None:
+    for name, function in CALIBRATED_ESTIMATORS.items():
+        assert function(text) == calibrated_estimate(name, text), name
+
+
+@settings(max_examples=20)
+@given(_ANY_TEXT | _ASCII_TEXT, st.integers(min_value=FUSED_TEXT - 2, max_value=FUSED_TEXT + 2))
+def test_fused_models_agree_across_their_length_limit(piece: str, size: int) -> None:
+    text = ((piece or "x") * (size // len(piece or "x") + 1))[:size]
+    for name, function in CALIBRATED_ESTIMATORS.items():
+        assert function(text) == calibrated_estimate(name, text), name
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fused_models_equal_the_reference_on_real_text(kind: str) -> None:
+    for size in (200, 3000, len(_text(kind))):
+        for name, function in CALIBRATED_ESTIMATORS.items():
+            assert function(_text(kind)[:size]) == calibrated_estimate(name, _text(kind)[:size])

@@ -16,6 +16,7 @@ from ctxbudget.agent.events import CompactionRecord, EventSink, LoopEvent, Sessi
 from ctxbudget.agent.settings import (
     compaction_line,
     policy_for,
+    effective_max_output,
     reply_reserve,
     restored_compactions,
 )
@@ -89,8 +90,8 @@ class Agent:
         self.window = validate_window(chosen)
         self.configured_window = self.window
         self._policy_spec = policy
-        self.max_output_tokens = max_output_tokens
-        self.policy = policy_for(policy, self.window, max_output_tokens)
+        self._max_output_setting = max_output_tokens
+        self.policy = policy_for(policy, self.window, self.max_output_tokens)
         self.strategy = strategy
         if counter is None or isinstance(counter, str):
             counter = _default_counter(counter or provider.tokenizer or "ctxbudget")
@@ -116,6 +117,11 @@ class Agent:
         self.floor_tokens = 0
         self._turn_compactions = 0
         self._floor_checked = False
+
+    @property
+    def max_output_tokens(self) -> int:
+        """The reply limit each request asks for: as configured, else a share of the window."""
+        return effective_max_output(self.window, self._max_output_setting)
 
     # -- the request ---------------------------------------------------------------------
 

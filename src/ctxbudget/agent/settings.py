@@ -18,6 +18,7 @@ from ctxbudget.budget.rules import (
 __all__ = [
     "compaction_line",
     "compaction_reserve",
+    "effective_max_output",
     "policy_for",
     "reply_reserve",
     "restored_compactions",
@@ -33,6 +34,19 @@ COMPACTION_RESERVE_SHARE = 16
 def compaction_reserve(window: int) -> int:
     """The compaction reserve for ``window``: 2,048, or 1/16 of a window below 32K."""
     return min(DEFAULT_COMPACTION_RESERVE, window // COMPACTION_RESERVE_SHARE)
+
+
+# Without a configured reply limit the loop asks for at most a quarter of the window (4,096 at
+# 16K and up, letta-code's and the seed's reply limit): a fixed 4,096 would leave a 4,096-token
+# window (Ollama's old default, a common adopted limit) no room for any prompt at all.
+REPLY_SHARE = 4
+
+
+def effective_max_output(window: int, configured: int | None) -> int:
+    """The reply limit to ask for: ``configured``, else min(4,096, a quarter of the window)."""
+    if configured is not None:
+        return configured
+    return max(1, min(DEFAULT_REPLY_RESERVE, window // REPLY_SHARE))
 
 
 def policy_for(spec: str | Policy, window: int, max_output: int | None) -> Policy:

@@ -5,14 +5,19 @@ User turns come from the terminal, or one per line from stdin when it is not a t
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
+from ctxbudget.agent.events import LoopEvent
 from ctxbudget.agent.loop import Agent
 from ctxbudget.agent.session import open_archive
 from ctxbudget.budget.rules import POLICY_NAMES
@@ -45,6 +50,53 @@ def _lines(console: Console) -> Iterator[str]:
             yield text
 
 
+class _StreamPrinter:
+    """Prints a streamed reply as it arrives; a restarted stream is announced on stderr."""
+
+    def __init__(self) -> None:
+        self.printed = False
+
+    def delta(self, text: str) -> None:
+        if not self.printed:
+            sys.stdout.write("model> ")
+            self.printed = True
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def restart(self, reason: str) -> None:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        click.echo(f"ctxbudget: {reason}; retrying, the reply starts over", err=True)
+        self.printed = False
+
+    def end(self) -> bool:
+        """Finish the reply's line; True when something was printed."""
+        printed, self.printed = self.printed, False
+        if printed:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        return printed
+
+
+@contextlib.contextmanager
+def _debug_log(secrets: tuple[str, ...]) -> Iterator[None]:
+    """DEBUG logs of every library on stderr for the command's run, keys redacted."""
+    from ctxbudget.providers.endpoint import RedactingFilter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactingFilter(secrets))
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
 @click.command("chat")
 @click.option("--base-url", required=True, help="Server URL, e.g. http://127.0.0.1:8000/v1.")
 @click.option("--model", required=True, help="Model name the server knows.")
@@ -56,6 +108,12 @@ def _lines(console: Console) -> Iterator[str]:
     help="Environment variable holding the API key (never printed or archived).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the session summary as JSON.")
+@click.option(
+    "--stream",
+    is_flag=True,
+    help="Stream replies and print them as they arrive (with --json: streamed, not printed).",
+)
+@click.option("--verbose", is_flag=True, help="Log requests and retries to stderr (DEBUG).")
 @click.option("--policy", type=click.Choice(POLICY_NAMES), default="ctxbudget", show_default=True)
 @click.option("--strategy", type=click.Choice(STRATEGY_NAMES), default="layered", show_default=True)
 @click.option("--max-output", type=int, default=None, help="Max output tokens per reply.")
@@ -72,6 +130,8 @@ def chat_command(
     window: int | None,
     api_key_env: str,
     as_json: bool,
+    stream: bool,
+    verbose: bool,
     policy: str,
     strategy: str,
     max_output: int | None,
@@ -84,9 +144,33 @@ def chat_command(
     Examples:
       ctxbudget chat --base-url http://127.0.0.1:11434/v1 --model qwen3:8b --window 8192
       printf 'hello\\nand again\\n' | ctxbudget chat --base-url URL --model M --json
+      ctxbudget chat --base-url URL --model M --window 8192 --stream --verbose
     """
+    secrets = (os.environ.get(api_key_env, "").strip(),)
+    with _debug_log(secrets) if verbose else contextlib.nullcontext():
+        _chat(
+            base_url, model, window, api_key_env, as_json, stream, policy, strategy, max_output,
+            system, archive,
+        )  # fmt: skip
+
+
+def _chat(
+    base_url: str,
+    model: str,
+    window: int | None,
+    api_key_env: str,
+    as_json: bool,
+    stream: bool,
+    policy: str,
+    strategy: str,
+    max_output: int | None,
+    system: str,
+    archive: Path | None,
+) -> None:
     from ctxbudget.providers.openai_compat import OpenAICompatibleProvider
 
+    printer = _StreamPrinter()
+    shows_stream = stream and not as_json
     kind, tokenizer = tokenizer_for_model(model)
     provider = OpenAICompatibleProvider(
         base_url=base_url,
@@ -94,12 +178,25 @@ def chat_command(
         api_key_env=api_key_env,
         window=window,
         tokenizer=tokenizer if kind == "tokenizer" else None,
+        stream=stream,
+        on_delta=printer.delta if shows_stream else None,
+        on_restart=printer.restart if shows_stream else None,
     )
     console = Console(stderr=as_json, quiet=as_json, highlight=False)
     view = BudgetView(console)
     path = archive or default_archive_path("chat")
     settings = {"model": model, "window": window, "policy": policy, "strategy": strategy}
-    warn = lambda text: click.echo(f"ctxbudget: {text}", err=True)  # noqa: E731
+
+    def warn(text: str) -> None:
+        click.echo(f"ctxbudget: {text}", err=True)
+
+    def on_event(event: LoopEvent) -> None:
+        if event.kind == "window_changed":  # on stderr in both modes: it changes the session
+            d = event.data
+            warn(f"window {d['old']:,} -> {d['window']:,} tokens: {d['reason']}; using it now")
+            return
+        view.event(event)
+
     with open_archive(path, settings, warn=warn) as opened:
         agent = Agent(
             provider,
@@ -109,7 +206,7 @@ def chat_command(
             strategy=strategy,
             counter=tokenizer,
             archive=opened.archive,
-            on_event=view.event,
+            on_event=on_event,
             max_output_tokens=max_output,
             model=model,
         )
@@ -117,7 +214,8 @@ def chat_command(
         agent.check_floor()  # before reading any input: a floor that cannot fit stops here
         for text in _lines(console):
             reply = agent.run_turn(text)
-            console.print(f"[bold]model>[/bold] {reply.text}", soft_wrap=True)
+            if not printer.end():
+                console.print(f"[bold]model>[/bold] {escape(reply.text)}", soft_wrap=True)
             view.turn(agent)
         summary = agent.summary(path)
     if as_json:

@@ -50,9 +50,15 @@ def compile_template(source: str) -> Any:
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
-    )
+    class StrictSandbox(ImmutableSandboxedEnvironment):
+        """Refuses unsafe attributes with an error instead of rendering them as empty."""
+
+        def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
+            from jinja2.exceptions import SecurityError
+
+            raise SecurityError(f"access to attribute {attribute!r} is not allowed")
+
+    env = StrictSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -86,7 +92,7 @@ def render_template(
     except TemplateError as exc:  # SecurityError, UndefinedError and raise_exception included
         what = "refused by the sandbox" if type(exc).__name__ == "SecurityError" else "failed"
         raise InputError(f"chat template {what}: {_first_line(exc)}") from exc
-    except (TypeError, ValueError, AttributeError, IndexError, KeyError) as exc:
+    except Exception as exc:  # the template is untrusted code: any failure in it is its own
         raise InputError(f"chat template failed: {type(exc).__name__}: {_first_line(exc)}") from exc
     return text
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import re
 from urllib.parse import urlsplit
@@ -12,6 +13,7 @@ from ctxbudget.errors import ConfigError
 __all__ = [
     "DEFAULT_API_KEY_ENV",
     "NO_API_KEY",
+    "RedactingFilter",
     "api_key_from_env",
     "checked_url",
     "is_local_url",
@@ -125,3 +127,24 @@ def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
         if secret:
             text = text.replace(secret, "[redacted]")
     return _SK_KEY.sub("sk-[redacted]", _BEARER.sub(r"\1[redacted]", text))
+
+
+class RedactingFilter(logging.Filter):
+    """A log filter that applies `redact` to every record it passes (``--verbose`` logs).
+
+    Our own messages never hold a key; this also covers other libraries' debug logs.
+    """
+
+    def __init__(self, secrets: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.secrets = tuple(s for s in secrets if s)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = redact(record.getMessage(), self.secrets)
+        record.args = None
+        if record.exc_info and record.exc_info[1] is not None:
+            # The traceback text is formatted later from exc_info; fix it now, redacted.
+            formatter = logging.Formatter()
+            record.exc_text = redact(formatter.formatException(record.exc_info), self.secrets)
+            record.exc_info = None
+        return True

@@ -1,6 +1,7 @@
 """A provider for any OpenAI-compatible chat-completions server (OpenAI, vLLM, Ollama, llama.cpp).
 
-Non-streaming only. Retries are ours (bounded, logged); the openai SDK's own are switched off.
+Streamed or not, a reply becomes the same ``Completion``. Retries are ours (bounded, logged); the
+openai SDK's own are switched off.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import openai
@@ -24,7 +25,7 @@ from ctxbudget.errors import (
 )
 from ctxbudget.messages import Message, Request, Usage
 from ctxbudget.messages.openai import message_from_openai, request_to_openai
-from ctxbudget.providers.base import Completion, Provider, StopReason
+from ctxbudget.providers.base import Completion, Provider
 from ctxbudget.providers.endpoint import (
     DEFAULT_API_KEY_ENV,
     NO_API_KEY,
@@ -35,6 +36,16 @@ from ctxbudget.providers.endpoint import (
     redact,
     url_secrets,
 )
+from ctxbudget.providers.openai_replies import (
+    cause,
+    is_quota,
+    is_transport_error,
+    json_object,
+    normalised_message,
+    safe_text,
+    short,
+    stop_reason,
+)
 from ctxbudget.providers.overflow import classify_error, server_error_text
 from ctxbudget.providers.retry import (
     DEFAULT_RETRY,
@@ -43,12 +54,14 @@ from ctxbudget.providers.retry import (
     is_retryable_status,
     retry_after_seconds,
 )
+from ctxbudget.providers.streaming import DONE, StreamAssembly, sse_events
 
 __all__ = [
     "DEFAULT_API_KEY_ENV",
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_READ_TIMEOUT",
     "NO_API_KEY",
+    "DeltaSink",
     "OpenAICompatibleProvider",
     "provider_name_for",
 ]
@@ -62,14 +75,8 @@ SILENT_OVERFLOW_FILL = 0.99
 """A length stop with no output and the prompt at 99% of the window or more is an overflow
 (the server truncated or filled the window); 99% is the margin Pi uses for the same check."""
 
-_FINISH: Mapping[str, StopReason] = {
-    "stop": "stop",
-    "eos": "stop",
-    "length": "length",
-    "tool_calls": "tool_calls",
-    "function_call": "tool_calls",
-    "content_filter": "content_filter",
-}
+DeltaSink = Callable[[str], None]
+"""Receives text as a streamed reply arrives (``on_delta``) or the reason a shown reply restarts."""
 
 
 class OpenAICompatibleProvider(Provider):
@@ -80,6 +87,14 @@ class OpenAICompatibleProvider(Provider):
     all. Overflow errors become ``ContextOverflowError`` (with the real window when stated);
     429, 408, 5xx, timeouts, resets and unreadable bodies are retried under ``retry``; every
     other failure is a one-line ``ProviderError`` that never contains the key.
+
+    With ``stream=True`` the reply is streamed (with ``stream_options.include_usage``) and
+    ``on_delta`` receives its content as it arrives. A stream that ends before ``[DONE]`` (or a
+    finish reason and the usage) is retried under the same ``retry`` policy, since nothing has
+    been returned yet; if ``on_delta`` already showed part of it, ``on_restart`` is called with
+    the reason before the retry, so a display can say that the reply starts over (the text it
+    showed is not part of the conversation). When the retries run out: ``ProviderError``
+    "stream ended early after N chunks".
     """
 
     def __init__(
@@ -95,6 +110,9 @@ class OpenAICompatibleProvider(Provider):
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         retry: RetryPolicy = DEFAULT_RETRY,
         resend_reasoning: bool = False,
+        stream: bool = False,
+        on_delta: DeltaSink | None = None,
+        on_restart: DeltaSink | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.base_url = checked_url(base_url)
@@ -107,6 +125,9 @@ class OpenAICompatibleProvider(Provider):
         self.api_key_env = api_key_env
         self.retry = retry
         self.resend_reasoning = resend_reasoning
+        self.stream = bool(stream)
+        self.on_delta = on_delta
+        self.on_restart = on_restart
         self._sleep = sleep
         key = api_key_from_env(api_key_env, self.base_url)
         self._secrets = tuple(s for s in (key, *url_secrets(base_url)) if s and s != NO_API_KEY)
@@ -151,12 +172,16 @@ class OpenAICompatibleProvider(Provider):
                     self.retry.max_retries,
                     delay,
                 )
+                if failure.shown and self.on_restart is not None:
+                    self.on_restart(str(failure.error))
                 self._sleep(delay)
                 slept += delay
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _attempt(self, body: dict[str, Any]) -> Completion:
         try:
+            if self.stream:
+                return self._streamed(body)
             raw = self._client.chat.completions.with_raw_response.create(**body)
             text = raw.text
         except openai.APIStatusError as err:
@@ -164,8 +189,53 @@ class OpenAICompatibleProvider(Provider):
         except openai.APITimeoutError as err:
             raise _Transient(self._error(self._timeout_text(err))) from None
         except openai.APIConnectionError as err:
-            raise _Transient(self._error(f"connection failed: {_cause(err)}")) from None
+            raise _Transient(self._error(f"connection failed: {cause(err)}")) from None
         return self._completion(text)
+
+    def _streamed(self, body: dict[str, Any]) -> Completion:
+        body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        assembly = StreamAssembly()
+        with self._client.chat.completions.with_streaming_response.create(**body) as raw:
+            if "event-stream" not in raw.headers.get("content-type", ""):
+                # A server that ignores "stream" answers with one JSON body: take it as is.
+                return self._completion(raw.read().decode("utf-8", errors="replace"))
+            try:
+                self._read_stream(raw.iter_bytes(), assembly)
+            except Exception as err:  # reset, timeout, chunked body cut short
+                if not is_transport_error(err):
+                    raise
+                raise self._cut(
+                    assembly, f": {type(err).__name__}: {short(str(err), 80)}"
+                ) from None
+        if not assembly.complete:
+            raise self._cut(assembly, "")
+        log.debug("%s: stream complete after %d chunks", self.name, assembly.chunks)
+        return self._completion_body(assembly.body())
+
+    def _read_stream(self, pieces: Iterator[bytes], assembly: StreamAssembly) -> None:
+        for data in sse_events(pieces):
+            if data.strip() == DONE:
+                assembly.done = True
+                return
+            chunk = json_object(data)
+            if chunk is None:
+                raise _Transient(
+                    self._error(f"stream chunk that is not a JSON object: {short(data)}"),
+                    shown=self._shown(assembly),
+                )
+            if "error" in chunk:
+                raise self._body_error(chunk, "stream", shown=self._shown(assembly))
+            text = assembly.feed(chunk)
+            if text and self.on_delta is not None:
+                self.on_delta(text)
+
+    def _shown(self, assembly: StreamAssembly) -> bool:
+        return self.on_delta is not None and any(assembly.content)
+
+    def _cut(self, assembly: StreamAssembly, detail: str) -> _Transient:
+        n = assembly.chunks
+        what = f"stream ended early after {n} chunk{'' if n == 1 else 's'}{detail}"
+        return _Transient(self._error(what), shown=self._shown(assembly))
 
     def _timeout_text(self, err: openai.APITimeoutError) -> str:
         if "connect" in type(err.__cause__).__name__.lower():
@@ -174,7 +244,7 @@ class OpenAICompatibleProvider(Provider):
 
     def _status_failure(self, err: openai.APIStatusError) -> Exception:
         status = err.status_code
-        text = self._redact(_safe_text(err.response))
+        text = self._redact(safe_text(err.response))
         overflow = classify_error(status, text, provider=self.name)
         if overflow is not None:
             return overflow
@@ -184,23 +254,37 @@ class OpenAICompatibleProvider(Provider):
                 f"HTTP {status}: {server_error_text(text)}; check the key in ${self.api_key_env}",
                 status=status,
             )
-        if is_retryable_status(status) and not _is_quota(text):
+        if is_retryable_status(status) and not is_quota(text):
             return _Transient(error, retry_after_seconds(err.response.headers))
         return error
 
     def _completion(self, text: str) -> Completion:
-        body = _json_object(text)
+        body = json_object(text)
         if body is None:
             raise _Transient(
                 self._error(
-                    f"HTTP 200 with a body that is not a JSON object: {_short(self._redact(text))}"
+                    f"HTTP 200 with a body that is not a JSON object: {short(self._redact(text))}"
                 )
             )
         if "error" in body:  # some gateways report failures inside a 200
-            failure = json.dumps(body)
-            raise classify_error(None, self._redact(failure), provider=self.name) or self._error(
-                f"HTTP 200 carrying an error: {server_error_text(self._redact(failure))}"
-            )
+            raise self._body_error(body, "HTTP 200")
+        return self._completion_body(body)
+
+    def _body_error(self, body: dict[str, Any], where: str, *, shown: bool = False) -> Exception:
+        """An error object inside a 200 or a stream: an overflow, a retryable fault, or final."""
+        failure = self._redact(json.dumps(body, ensure_ascii=False))
+        overflow = classify_error(None, failure, provider=self.name)
+        if overflow is not None:
+            return overflow
+        error = self._error(f"{where} carrying an error: {server_error_text(failure)}")
+        inner = body.get("error")
+        code = inner.get("code") if isinstance(inner, dict) else None
+        # vLLM puts the HTTP status it would have sent in "code" of an error inside a stream.
+        if isinstance(code, int) and not isinstance(code, bool) and is_retryable_status(code):
+            return _Transient(error, shown=shown)
+        return error
+
+    def _completion_body(self, body: dict[str, Any]) -> Completion:
         choices = body.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise self._error("HTTP 200 with no choices in the reply")
@@ -209,7 +293,7 @@ class OpenAICompatibleProvider(Provider):
         finish = choice.get("finish_reason")
         self._check_silent_overflow(finish, usage)
         message = self._message(choice.get("message"), usage)
-        return Completion(message=message, usage=usage, stop_reason=_stop_reason(finish, message))
+        return Completion(message=message, usage=usage, stop_reason=stop_reason(finish, message))
 
     def _usage(self, raw: object) -> Usage:
         if raw is None:
@@ -243,10 +327,10 @@ class OpenAICompatibleProvider(Provider):
         if not isinstance(raw, dict):
             raise self._error("HTTP 200 with a choice that has no message")
         try:
-            message = message_from_openai(_normalised(raw), "choices[0].message")
+            message = message_from_openai(normalised_message(raw), "choices[0].message")
         except CtxbudgetError as err:
             raise self._error(
-                f"HTTP 200 with an unreadable message: {_short(self._redact(str(err)))}"
+                f"HTTP 200 with an unreadable message: {short(self._redact(str(err)))}"
             ) from None
         return Message(
             role="assistant",
@@ -279,10 +363,14 @@ class OpenAICompatibleProvider(Provider):
 class _Transient(Exception):
     """A failure worth retrying; carries the error to raise when the retries run out."""
 
-    def __init__(self, error: ProviderError, retry_after: float | None = None) -> None:
+    def __init__(
+        self, error: ProviderError, retry_after: float | None = None, *, shown: bool = False
+    ) -> None:
         super().__init__(str(error))
         self.error = error
         self.retry_after = retry_after
+        self.shown = shown
+        """True when ``on_delta`` already showed part of the failed reply."""
 
 
 def _check_window(window: object) -> int | None:
@@ -297,64 +385,3 @@ def _seconds(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
     return float(value)
-
-
-def _safe_text(response: Any) -> str:
-    try:
-        return str(response.text)
-    except Exception:  # a body cut short: the status alone must still be reported
-        return ""
-
-
-def _is_quota(text: str) -> bool:
-    """OpenAI's 429 insufficient_quota: billing, not load; retrying cannot help."""
-    lowered = text.lower()
-    return "insufficient_quota" in lowered or "exceeded your current quota" in lowered
-
-
-def _json_object(text: str) -> dict[str, Any] | None:
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return None
-    return body if isinstance(body, dict) else None
-
-
-def _normalised(raw: dict[str, Any]) -> dict[str, Any]:
-    """Tolerate the small liberties servers take: no role, arguments as an object."""
-    message = {**raw, "role": raw.get("role") or "assistant"}
-    calls = message.get("tool_calls")
-    if isinstance(calls, list):
-        message["tool_calls"] = [_call_with_text_arguments(c) for c in calls]
-    return message
-
-
-def _call_with_text_arguments(call: object) -> object:
-    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
-        return call
-    function = call["function"]
-    arguments = function.get("arguments")
-    if isinstance(arguments, dict | list):
-        function = {**function, "arguments": json.dumps(arguments, ensure_ascii=False)}
-    elif arguments is None:
-        function = {**function, "arguments": "{}"}
-    return {**call, "function": function}
-
-
-def _stop_reason(finish: object, message: Message) -> StopReason:
-    if isinstance(finish, str):
-        return _FINISH.get(finish, "other")
-    # llama.cpp and older servers may leave finish_reason null on a normal stop.
-    return "tool_calls" if message.tool_calls else "stop"
-
-
-def _cause(err: BaseException) -> str:
-    """The transport's own words: "ReadError: [Errno 104] Connection reset by peer"."""
-    cause = err.__cause__ or err
-    detail = _short(str(cause), 80)
-    return f"{type(cause).__name__}: {detail}" if detail else type(cause).__name__
-
-
-def _short(text: str, max_chars: int = 120) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= max_chars else flat[: max_chars - 3] + "..."

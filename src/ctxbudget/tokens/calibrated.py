@@ -15,7 +15,7 @@ from importlib import resources
 from types import MappingProxyType
 
 from ctxbudget.errors import UnknownNameError
-from ctxbudget.tokens.charclass import FEATURES, features
+from ctxbudget.tokens.charclass import FEATURES, features, linear_estimator
 from ctxbudget.tokens.estimators import HARNESS_ESTIMATORS
 
 CALIBRATED_NAMES = (
@@ -35,19 +35,22 @@ def _weights() -> Mapping[str, tuple[float, ...]]:
 
 
 def calibrated_estimate(name: str, text: str) -> int:
-    """Tokens of ``text`` by the calibrated model ``name``, rounded up (never below 0)."""
+    """Tokens of ``text`` by the calibrated model ``name``, rounded up (never below 0).
+
+    The reference formula; ``CALIBRATED_ESTIMATORS`` compute the same number faster.
+    """
     # The same products summed in the same order as ``sum(w * n for ...)``, without the generator.
     total: float = sum(map(operator.mul, _weights()[name], features(text)))
     return math.ceil(total - 1e-9)
 
 
 def _model(name: str, doc: str) -> Callable[[str], int]:
-    def estimate(text: str) -> int:
-        return calibrated_estimate(name, text)
-
-    estimate.__name__ = name.replace("-", "_")
-    estimate.__doc__ = doc
-    return estimate
+    # The fused function itself is what callers get: a wrapper would cost ~0.1 µs a call.
+    fused = linear_estimator(_weights()[name], name)
+    fused.__name__ = fused.__qualname__ = name.replace("-", "_")
+    fused.__doc__ = doc
+    fused.__module__ = __name__
+    return fused
 
 
 _DOC = (

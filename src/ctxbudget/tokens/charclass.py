@@ -6,6 +6,9 @@ The UTF-8 lead byte names the script block, so a 256-entry table classifies ever
 
 from __future__ import annotations
 
+import math
+import operator
+from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -217,3 +220,156 @@ def _ascii_features(raw: bytes) -> tuple[int, ...]:
 
 
 _NON_ASCII_ZEROS = (0,) * (len(FEATURES) - 11)
+
+
+# Fused linear models: ``linear_estimator`` writes, per weight vector, one straight-line function
+# that counts only the features whose weight is not zero and sums the products in ``FEATURES``
+# order. Skipped terms are exact zeros, so the float total is the one ``sum`` of all products
+# gives. A count costs ~0.2 µs per 200 characters, so every count left out matters (issue 2:
+# 5x faster than tiktoken on 200 characters).
+# Up to this many characters the fused path beats numpy (they cross near 4-5k characters).
+FUSED_TEXT = 4096
+# Run starts: one bit per run class (_RUN_BITS order), masked per class from a big integer.
+_RUN_MASKS = [int.from_bytes(bytes([1 << i]) * FUSED_TEXT, "little") for i in range(6)]
+# Non-ASCII text with U+3000..U+3FFF characters keeps their second UTF-8 byte as a letter:
+# "p" U+3000..U+303F (CJK punctuation), "q" U+3040..U+30FF (kana), "r" any other continuation.
+_LETTERS_E3 = bytes(
+    _LETTERS[b] if not 0x80 <= b < 0xC0 else (0x70 if b == 0x80 else 0x71 if b < 0x84 else 0x72)
+    for b in range(256)
+)
+# Then the U+3000..U+3FFF letter joins Han's (one count less); punctuation and kana are taken out.
+_E3_AS_HAN = bytes(0x41 + _HAN if b == 0x41 + _E3 else b for b in range(256))
+_CLASS_OF = {
+    "lower": _LOWER,
+    "upper": _UPPER,
+    "digits": _DIGIT,
+    "spaces": _SPACE,
+    "newlines": _NEWLINE,
+    "punct": _PUNCT,
+    "latin_ext": _LATIN_EXT,
+    "indic": _INDIC,
+    "symbols": _SYMBOL,
+    "hangul": _HANGUL,
+    "fullwidth": _FULLWIDTH,
+    "astral": _ASTRAL,
+}
+_RUN_OF = {
+    "lower_runs": "lower",
+    "upper_runs": "upper",
+    "digit_runs": "digits",
+    "space_runs": "spaces",
+    "punct_runs": "punct",
+    "latin_ext_runs": "latin_ext",
+}
+# Classes most texts of a path lack: counted only when a cheap test finds one (prose has no
+# digits; CJK and English text no Hangul, Indic or emoji), and left out of that branch's sum.
+_ASCII_RARE = ("digits", "digit_runs")
+_RARE = ("digits", "latin_ext", "indic", "symbols", "hangul", "astral")
+_NON_ASCII_RARE = (*_RARE, "digit_runs", "latin_ext_runs")
+_ASCII_BIT = {"lower": 1, "upper": 2, "digits": 4, "spaces": 8, "punct": 16, "newlines": 0x40}
+
+
+def _run_line(run: str) -> str:
+    return f"{run} = (s & _M{_RUN_CLASSES.index(_CLASS_OF[_RUN_OF[run]])}).bit_count()"
+
+
+def _total(weights: dict[str, float], used: list[str]) -> str:
+    sum_ = " + ".join(f"{weights[f]!r} * {f}" for f in used) or "0.0"
+    return f"return _ceil({sum_} - 1e-9)"
+
+
+def _ascii_source(weights: dict[str, float]) -> list[str]:
+    """Body lines of the ASCII branch: count the features with a weight, return the estimate."""
+    used = [f for f in FEATURES[:11] if weights[f]]
+    counts = [f for f in _ASCII_BIT if f in used]
+    lines = ["t = text.encode('ascii').translate(_ASCII_BITS)", "count = t.count"]
+    derive = len(counts) == 6  # then the most common class is what the others leave
+    lines += [f"{f} = count({_ASCII_BIT[f]})" for f in counts if f not in ("lower", "digits")]
+    lines += ["lower = count(1)"] if "lower" in counts and not derive else []
+    if any(f in _RUN_OF for f in used):
+        lines += ["x = int.from_bytes(t, 'little')", "s = x & ~(x << 8)"]
+    lines += [_run_line(f) for f in used if f in _RUN_OF and f not in _ASCII_RARE]
+    common = [f for f in used if f not in _ASCII_RARE]
+    rest = "len(t) - upper - spaces - punct - newlines"
+    if not set(_ASCII_RARE) & set(used):
+        return lines + ([f"lower = {rest}"] if derive else []) + [_total(weights, used)]
+    rare = [f"digits = count({_ASCII_BIT['digits']})"] if "digits" in used else []
+    rare += [f"lower = {rest} - digits"] * derive
+    rare += [_run_line("digit_runs")] if "digit_runs" in used else []
+    return [
+        *lines,
+        f"if {_ASCII_BIT['digits']} in t:",
+        *(f"    {line}" for line in [*rare, _total(weights, used)]),
+        *([f"lower = {rest}"] * derive),
+        _total(weights, common),
+    ]
+
+
+def _non_ascii_source(weights: dict[str, float]) -> list[str]:
+    """Body lines of the non-ASCII branch: count the features with a weight, return the estimate."""
+    used = [f for f in FEATURES if weights[f]]
+    lines = ["raw = text.encode('utf-8', 'surrogatepass')"]
+    if {"cjk_punct", "kana", "han"} & set(used):
+        lines += [
+            "if 0xE3 in raw:",
+            "    r = raw.translate(_LETTERS_E3)",
+            "    chars = r.translate(_E3_AS_HAN, b'pqr')",
+            "    cjk_punct, kana = r.count(b'Jp'), r.count(b'Jq')",
+            "else:",
+            "    chars = raw.translate(_LETTERS, _CONTINUATION)",
+            "    cjk_punct = kana = 0",
+        ]
+    else:
+        lines.append("chars = raw.translate(_LETTERS, _CONTINUATION)")
+    lines.append("count = chars.count")
+    lines += [
+        f"{f} = count({0x41 + c})" for f, c in _CLASS_OF.items() if f in used and f not in _RARE
+    ]
+    lines += [f"han = count({0x41 + _HAN}) - cjk_punct - kana"] if "han" in used else []
+    if any(f in _RUN_OF for f in used):
+        lines += ["x = int.from_bytes(chars.translate(_RUN_BITS), 'little')", "s = x & ~(x << 8)"]
+    lines += [_run_line(f) for f in used if f in _RUN_OF and f not in _NON_ASCII_RARE]
+    rare_used = [f for f in used if f in _NON_ASCII_RARE]
+    if not rare_used:
+        return [*lines, _total(weights, used)]
+    # The rare classes are counted in a string of only them, usually empty.
+    common = bytes(0x41 + c for f, c in _CLASS_OF.items() if f not in _RARE) + b"JK"
+    rare = ["rc = rare.count", *(f"{f} = rc({0x41 + _CLASS_OF[f]})" for f in _RARE if f in used)]
+    if "digit_runs" in used:
+        rare += ["digits = rc(67)" if "digits" not in used else "", _run_line("digit_runs")]
+    if "latin_ext_runs" in used:
+        latin = "latin_ext = rc(71)\n    " if "latin_ext" not in used else ""
+        rare += [f"{latin}{_run_line('latin_ext_runs')} if latin_ext else 0"]
+    return [
+        *lines,
+        f"rare = chars.translate(None, {common!r})",
+        "if rare:",
+        *(f"    {line}" for line in [*filter(None, rare), _total(weights, used)]),
+        _total(weights, [f for f in used if f not in _NON_ASCII_RARE]),
+    ]
+
+
+def linear_estimator(weights: tuple[float, ...], name: str) -> Callable[[str], int]:
+    """``ceil(sum(w * n for w, n in zip(weights, features(text))) - 1e-9)``, fused and fast.
+
+    The 1e-9 keeps a total that is an integer in exact arithmetic from rounding up.
+    """
+    by_name = dict(zip(FEATURES, weights, strict=True))
+    body = [
+        "def estimate(text):",
+        "    if len(text) > FUSED_TEXT:",
+        "        return _ceil(sum(map(_mul, WEIGHTS, numpy_features(text))) - 1e-9)",
+        "    if text.isascii():",
+        *(f"        {line}" for line in _ascii_source(by_name)),
+        *(f"    {line}" for line in _non_ascii_source(by_name)),
+    ]
+    namespace: dict[str, Any] = {
+        **globals(),
+        "WEIGHTS": weights,
+        **{f"_M{i}": mask for i, mask in enumerate(_RUN_MASKS)},  # a global loads faster
+        "_ceil": math.ceil,
+        "_mul": operator.mul,
+    }
+    exec(compile("\n".join(body), f"<ctxbudget estimator {name}>", "exec"), namespace)
+    function: Callable[[str], int] = namespace["estimate"]
+    return function

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,9 @@ Record = dict[str, Any]
 
 _SNIFF_BYTES = 8192
 _MAX_WARNINGS = 20  # keep the first few; the count says how many there were
+MAX_DEPTH = 100
+"""Records nested deeper are skipped: real session lines nest about 10 levels, and readers,
+``str`` and ``json.dumps`` recurse per level (a 900-deep line would exhaust Python's stack)."""
 
 
 def check_readable(path: Path) -> int:
@@ -81,15 +85,40 @@ class LineReader:
         except ValueError as e:
             self.skip(lineno, f"not valid JSON ({str(e).split(':')[0]})")
             return None
+        except RecursionError:
+            self.skip(lineno, f"JSON nested deeper than {MAX_DEPTH} levels")
+            return None
         if not isinstance(value, dict):
             self.skip(lineno, f"a JSON {type(value).__name__}, not an object")
             return None
+        if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and too_deep(value):
+            self.skip(lineno, f"JSON nested deeper than {MAX_DEPTH} levels")
+            return None
         return value
+
+
+def too_deep(value: object, limit: int = MAX_DEPTH) -> bool:
+    """True when ``value`` nests lists and objects more than ``limit`` levels (no recursion)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: list[object] = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def as_int(value: object) -> int:
     """A token count from a JSON value; anything else (null, text, negative) counts as 0."""
     if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if isinstance(value, float) and not math.isfinite(value):  # json.loads reads Infinity, NaN
         return 0
     number = int(value)
     return number if number > 0 else 0

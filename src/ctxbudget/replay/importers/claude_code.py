@@ -14,7 +14,8 @@ from ctxbudget.replay.importers._builder import CallBuilder, block_text
 from ctxbudget.replay.importers._lines import LineReader, Record, as_dict, as_int, as_list
 from ctxbudget.replay.trace import Call
 
-_TYPES = {"user", "assistant", "system", "summary"}
+# Tuples, not sets: a record's "type" may be any JSON value, a list or object included.
+_TYPES = ("user", "assistant", "system", "summary")
 
 
 def sniff(record: Record) -> bool:

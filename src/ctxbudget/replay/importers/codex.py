@@ -14,15 +14,16 @@ from ctxbudget.replay.importers._builder import CallBuilder, block_text
 from ctxbudget.replay.importers._lines import LineReader, Record, as_dict, as_int
 from ctxbudget.replay.trace import Call
 
-_TYPES = {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
+# Tuples, not sets: a record's "type" may be any JSON value, a list or object included.
+_TYPES = ("session_meta", "response_item", "event_msg", "turn_context", "compacted")
 # Items the model produced; everything else in the history was added by the harness or the user.
-_MODEL_ITEMS = {
+_MODEL_ITEMS = (
     "function_call",
     "custom_tool_call",
     "local_shell_call",
     "web_search_call",
     "reasoning",
-}
+)
 
 
 def sniff(record: Record) -> bool:

@@ -13,7 +13,8 @@ from ctxbudget.replay.importers._builder import CallBuilder, block_text
 from ctxbudget.replay.importers._lines import LineReader, Record, as_dict, as_int, as_list
 from ctxbudget.replay.trace import Call
 
-_TYPES = {"usage", "message", "compaction", "header", "session"}
+# A tuple, not a set: a record's "type" may be any JSON value, a list or object included.
+_TYPES = ("usage", "message", "compaction", "header", "session")
 
 
 def sniff(record: Record) -> bool:

@@ -13,10 +13,19 @@ from pathlib import Path
 
 from ctxbudget.errors import TraceFormatError
 from ctxbudget.replay.importers._builder import CallBuilder, block_text
-from ctxbudget.replay.importers._lines import Progress, Record, as_dict, as_int, as_list
+from ctxbudget.replay.importers._lines import (
+    MAX_DEPTH,
+    Progress,
+    Record,
+    as_dict,
+    as_int,
+    as_list,
+    too_deep,
+)
 from ctxbudget.replay.trace import Call
 
 MAX_TRAJECTORY_BYTES = 256 * 1024 * 1024
+_DEEP = object()  # stands for a document too deeply nested for json.loads
 
 
 def sniff(record: Record) -> bool:
@@ -37,6 +46,12 @@ def load(path: Path, size: int, progress: Progress | None) -> Record:
         document = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise TraceFormatError(f"{path}: not a valid JSON trajectory ({e})") from None
+    except RecursionError:
+        document = _DEEP
+    if document is _DEEP or too_deep(document, MAX_DEPTH + 2):  # + the document and its list
+        raise TraceFormatError(
+            f"{path}: JSON nested deeper than {MAX_DEPTH} levels; not a mini-swe-agent trajectory"
+        )
     if progress is not None:
         progress(size, size)
     if not isinstance(document, dict) or not sniff(document):

@@ -1,0 +1,131 @@
+"""Peak memory of `ctxbudget replay` on a huge session and `ctxbudget count` on a huge text file.
+
+Run: .venv/bin/python bench/memory.py [--session-mb 1024] [--text-mb 500] [--format pi]
+Files are generated in a temporary folder (deleted afterwards) from the shared real traces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TRACES = REPO.parent / "shared" / "traces"
+SESSIONS = {
+    "pi": "pi-agent_pinion05-agent-complex-task_03-raddit-dashboard-pr.jsonl",
+    "claude-code": "claude-code_guideai-session-processing_claude-code-sample-1.jsonl",
+}
+HEADER_LINES = {"pi": 6, "claude-code": 0}  # Pi's session/model lines come once, at the top
+SAMPLE_TEXT = REPO / "src" / "ctxbudget" / "data" / "sample.txt"
+MB = 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One measured command."""
+
+    label: str
+    args: tuple[str, ...]
+    input_bytes: int
+    peak_rss_kb: int
+    wall_s: float
+    exit_code: int
+
+
+def make_session(path: Path, size: int, fmt: str = "pi", traces: Path = TRACES) -> int:
+    """Write a session of about ``size`` bytes: the real trace's lines repeated, ids renamed."""
+    lines = (traces / SESSIONS[fmt]).read_bytes().splitlines(keepends=True)
+    head, body = lines[: HEADER_LINES[fmt]], lines[HEADER_LINES[fmt] :]
+    written = 0
+    with path.open("wb") as f:
+        for line in head:
+            written += f.write(line)
+        rep = 0
+        while rep == 0 or written < size:  # at least one whole copy of the real trace
+            # Renamed ids and message ids keep each repetition a distinct conversation span.
+            prefix = b'"id":"r%d-' % rep
+            for line in body:
+                written += f.write(line.replace(b'"id":"', prefix))
+            rep += 1
+    return written
+
+
+def make_text(path: Path, size: int) -> int:
+    """Write about ``size`` bytes of text: the packaged sample, each copy numbered."""
+    sample = SAMPLE_TEXT.read_bytes()
+    written = 0
+    with path.open("wb") as f:
+        n = 0
+        while written < size:
+            written += f.write(b"%d. " % n + sample)
+            n += 1
+    return written
+
+
+def measure(label: str, args: list[str], input_bytes: int = 0) -> Run:
+    """Run ``ctxbudget ARGS`` as a child; its own peak RSS comes from wait4's rusage."""
+    cmd = [sys.executable, "-m", "ctxbudget.cli.main", *args]
+    start = time.perf_counter()
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - start
+    return Run(label, tuple(args), input_bytes, usage.ru_maxrss, wall, child.returncode)
+
+
+def print_table(runs: list[Run]) -> None:
+    print(f"{'command':<52} {'input MB':>9} {'peak RSS MB':>12} {'wall s':>8} {'exit':>5}")
+    for r in runs:
+        print(
+            f"{r.label:<52} {r.input_bytes / MB:>9.1f} {r.peak_rss_kb / 1024:>12.1f} "
+            f"{r.wall_s:>8.1f} {r.exit_code:>5}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--session-mb", type=float, default=1024)
+    parser.add_argument("--text-mb", type=float, default=500)
+    parser.add_argument("--format", choices=sorted(SESSIONS), default="pi")
+    parser.add_argument("--dir", help="Where to write the temporary files (default: $TMPDIR).")
+    opts = parser.parse_args()
+    need = int((opts.session_mb + opts.text_mb) * MB)
+    root = Path(opts.dir or tempfile.gettempdir())
+    free = shutil.disk_usage(root).free
+    if free < need * 1.2:
+        sys.exit(f"memory.py: {root} has {free // MB} MB free; {need // MB} MB needed")
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        folder = Path(tmp)
+        tiny_session, big_session = folder / "tiny.jsonl", folder / "big.jsonl"
+        tiny_text, big_text = folder / "tiny.txt", folder / "big.txt"
+        tiny = make_session(tiny_session, 1, opts.format)  # one repetition of the real trace
+        session = make_session(big_session, int(opts.session_mb * MB), opts.format)
+        make_text(tiny_text, 1)
+        text = make_text(big_text, int(opts.text_mb * MB))
+        runs = [
+            measure("replay tiny --json (baseline)", ["replay", str(tiny_session), "--json"], tiny),
+            measure("replay BIG --json", ["replay", str(big_session), "--json"], session),
+            measure("count tiny --json (baseline)", ["count", str(tiny_text), "--json"]),
+            measure("count BIG --json", ["count", str(big_text), "--json"], text),
+            measure(
+                "count tiny --json --estimator ctxbudget (baseline)",
+                ["count", str(tiny_text), "--json", "--estimator", "ctxbudget"],
+            ),
+            measure(
+                "count BIG --json --estimator ctxbudget",
+                ["count", str(big_text), "--json", "--estimator", "ctxbudget"],
+                text,
+            ),
+        ]
+    print_table(runs)
+
+
+if __name__ == "__main__":
+    main()
