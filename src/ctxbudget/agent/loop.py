@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from ctxbudget.agent.events import CompactionRecord, EventSink, LoopEvent, SessionSummary, Trigger
 from ctxbudget.agent.settings import (
     compaction_line,
-    policy_for,
     effective_max_output,
+    policy_for,
     reply_reserve,
     restored_compactions,
 )
