@@ -29,7 +29,9 @@ import sys
 import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
+T = TypeVar("T")
 KINDS = ("english", "chinese", "japanese", "python", "json", "mixed")
 EXTRA_KINDS = ("korean", "russian")
 LOCALE_DIR = Path("/usr/share/locale")
@@ -98,7 +100,7 @@ def _round_robin(groups: list[list[str]], limit: int) -> str:
     return "".join(picked)
 
 
-def _strided(items: list[str], stride: int) -> list[str]:
+def _strided(items: list[T], stride: int) -> list[T]:
     return items[::stride] if len(items) > stride else items
 
 

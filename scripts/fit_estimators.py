@@ -3,7 +3,8 @@
     .venv/bin/python scripts/fit_estimators.py            # fit, print ratios, write the table
     .venv/bin/python scripts/fit_estimators.py --check    # only print ratios of the current table
 
-Per tokenizer, a non-negative linear model over ``ctxbudget.tokens.charclass.FEATURES`` is fitted
+Per tokenizer, a non-negative linear model over ``ctxbudget.tokens.charclass.FEATURES`` (less
+``DROPPED``, with the ``TIED`` features sharing one weight; ``--drop`` overrides) is fitted
 to the exact counts of 3,000-character chunks of every kind of text (scripts/corpus.py), minimising
 the largest relative error (Lawson's reweighted least squares), then scaled so the per-kind ratios
 sit around +2.5% (inside the -5%..+10% target). The generic ``ctxbudget`` model is fitted to the
@@ -40,6 +41,15 @@ FIXED_BLOCKS = {
     "symbols": ((0x2010, 0x2060), (0x2190, 0x2200), (0x2500, 0x2580)),  # dashes, arrows, boxes
 }
 
+
+# The feature set is part of the fit. Every count a model uses is one more C call in its fused
+# estimator (~0.15-0.2 µs on 200 characters; bench/estimators.md) and issue 2 wants 5x tiktoken's
+# speed there. Dropping each feature alone (--drop), these five cost least accuracy: the worst
+# test band margin went from +0.013 (all features) to +0.009, the 200-character time down ~20%.
+DROPPED = ("upper", "digits", "spaces", "lower_runs", "space_runs")
+# One weight for CJK punctuation, kana and Han (U+3000..U+9FFF): the fused estimators then skip
+# the U+3000..U+3FFF split (a translate and two two-byte counts, ~1.5 µs on 200 Japanese chars).
+TIED = ("cjk_punct", "kana", "han")
 
 FIXED = [FEATURES.index(f) for f in FIXED_BLOCKS]
 EXTRA_WEIGHT = 0.3  # korean, russian: shape the weights of their classes, no band to meet
@@ -93,10 +103,15 @@ def fit(
     kinds: np.ndarray,
     fixed: np.ndarray,
     floor: float | None,
+    dropped: tuple[str, ...] = DROPPED,
 ) -> np.ndarray:
     """Weights for target ``y``; centred on ``CENTER`` or, given ``floor``, lifted to it."""
     y_rest = y - x[:, FIXED] @ fixed
-    free = [j for j in range(x.shape[1]) if j not in FIXED]
+    tied = [FEATURES.index(f) for f in TIED]
+    x = x.copy()
+    x[:, tied[-1]] = x[:, tied].sum(axis=1)  # the last tied column stands for all of them
+    gone = {FEATURES.index(f) for f in dropped} | set(tied[:-1])
+    free = [j for j in range(x.shape[1]) if j not in FIXED and j not in gone]
     w = np.zeros(x.shape[1])
     rows = np.where(np.isin(kinds, corpus.EXTRA_KINDS), EXTRA_WEIGHT, 1.0)
     w[free] = _solve(x[:, free], y_rest, rows)
@@ -104,13 +119,14 @@ def fit(
     # the bands are promises about each kind of text as a whole: centre the per-kind ratios
     band = np.array([est[kinds == k].sum() / y[kinds == k].sum() for k in corpus.KINDS])
     scale = floor / band.min() if floor else 2 * CENTER / (band.min() + band.max())
-    w = w * scale
-    w[FIXED] = fixed
-    return w
+    scaled: np.ndarray = w * scale
+    scaled[FIXED] = fixed
+    scaled[tied[:-1]] = scaled[tied[-1]]
+    return scaled
 
 
 def estimate(weights: np.ndarray, text: str) -> int:
-    return math.ceil(float(np.dot(weights, features(text))))
+    return math.ceil(float(np.dot(weights, features(text))) - 1e-9)
 
 
 def report(table: dict[str, dict[str, float]], samples: list[tuple[str, str]]) -> None:
@@ -134,7 +150,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chars", type=int, default=300_000, help="corpus characters per kind")
     parser.add_argument("--check", action="store_true", help="report the current table only")
+    parser.add_argument(
+        "--drop",
+        default=",".join(DROPPED),
+        help=f"comma-separated features to leave out (default: {','.join(DROPPED)})",
+    )
     args = parser.parse_args(argv)
+    dropped = tuple(f for f in args.drop.split(",") if f)
+    if unknown := set(dropped) - set(FEATURES):
+        parser.error(f"unknown features {sorted(unknown)}; choose from {', '.join(FEATURES)}")
     samples = _samples(args.chars)
     if args.check:
         report(json.loads(TABLE.read_text())["weights"], samples)
@@ -147,16 +171,19 @@ def main(argv: list[str] | None = None) -> int:
     fixed = {n: np.array([block_weight(n, b) for b in FIXED_BLOCKS.values()]) for n in TOKENIZERS}
     table: dict[str, dict[str, float]] = {}
     for name in TOKENIZERS:
-        w = fit(x, counts[name], kinds, fixed[name], None)
+        w = fit(x, counts[name], kinds, fixed[name], None, dropped)
         table[f"ctxbudget-{name}"] = {
             f: round(float(v), 5) for f, v in zip(FEATURES, w, strict=True)
         }
     largest = np.max(np.stack(list(counts.values())), axis=0)
-    w = fit(x, largest, kinds, np.max(np.stack(list(fixed.values())), axis=0), GENERIC_FLOOR)
+    fixed_max = np.max(np.stack(list(fixed.values())), axis=0)
+    w = fit(x, largest, kinds, fixed_max, GENERIC_FLOOR, dropped)
     table["ctxbudget"] = {f: round(float(v), 5) for f, v in zip(FEATURES, w, strict=True)}
     payload = {
         "about": "weights per character class; refit with scripts/fit_estimators.py",
         "features": list(FEATURES),
+        "dropped": list(dropped),
+        "tied": list(TIED),
         "corpus_chars_per_kind": args.chars,
         "weights": table,
     }

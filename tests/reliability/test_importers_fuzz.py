@@ -37,7 +37,7 @@ def check_load(path: Path, fmt: str | None) -> Trace | None:
         trace = load_trace(path, fmt)
     except CtxbudgetError as exc:
         text = str(exc)
-        assert text and "\n" not in text, repr(text)
+        assert text.splitlines() == [text], repr(text)
         assert str(path) in text or (fmt is not None and fmt not in FORMATS), text
         return None
     assert isinstance(trace, Trace)
@@ -68,7 +68,7 @@ def test_detect_format_agrees_with_load(
     try:
         detected = detect_format(session_path)
     except CtxbudgetError as exc:
-        assert "\n" not in str(exc)
+        assert str(exc).splitlines() == [str(exc)]
         return
     trace = check_load(session_path, None)
     assert trace is None or trace.format == detected

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import math
+import operator
 from functools import cache
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from ctxbudget.tokens.charclass import (
     FUSED_TEXT,
     SHORT_TEXT,
     features,
+    linear_estimator,
     numpy_features,
     short_features,
 )
@@ -159,3 +163,35 @@ def test_fused_models_equal_the_reference_on_real_text(kind: str) -> None:
     for size in (200, 3000, len(_text(kind))):
         for name, function in CALIBRATED_ESTIMATORS.items():
             assert function(_text(kind)[:size]) == calibrated_estimate(name, _text(kind)[:size])
+
+
+# Any weight vector, not only the shipped ones: each feature zero or not, the CJK weights tied or
+# not, weights with 5 decimals as scripts/fit_estimators.py writes them.
+_WEIGHT = st.one_of(st.just(0.0), st.integers(1, 400_000).map(lambda n: round(n * 1e-5, 5)))
+
+
+@st.composite
+def _weights(draw: st.DrawFn) -> tuple[float, ...]:
+    by_name = dict(zip(FEATURES, draw(st.tuples(*[_WEIGHT] * len(FEATURES))), strict=True))
+    if draw(st.booleans()):
+        by_name["cjk_punct"] = by_name["kana"] = by_name["han"]
+    return tuple(by_name[f] for f in FEATURES)
+
+
+@settings(max_examples=150)
+@given(_weights(), st.lists(_ANY_TEXT | _ASCII_TEXT, min_size=1, max_size=4))
+def test_any_fused_model_equals_the_reference_formula(
+    weights: tuple[float, ...], texts: list[str]
+) -> None:
+    function = linear_estimator(weights, "test")
+    for text in [*texts, "中文，「かな」한국 привет 12 \U0001f600", ""]:
+        reference = math.ceil(sum(map(operator.mul, weights, features(text))) - 1e-9)
+        assert function(text) == reference, text
+
+
+def test_shipped_weights_follow_the_fit_config() -> None:
+    path = Path(__file__).resolve().parents[2] / "src/ctxbudget/tokens/calibration.json"
+    table = json.loads(path.read_text(encoding="utf-8"))
+    for name, weights in table["weights"].items():
+        assert all(weights[f] == 0 for f in table["dropped"]), name
+        assert len({weights[f] for f in table["tied"]}) == 1, name

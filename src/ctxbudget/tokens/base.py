@@ -30,12 +30,13 @@ class TokenCounter(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Estimator:
-    """A heuristic counter: a named pure function ``str -> int``."""
+    """A heuristic counter: a named pure function ``str -> int``.
+
+    ``count`` is the function itself, not a method wrapping it: on a 200-character text a
+    wrapper's extra call is a measurable share of an estimator's time.
+    """
 
     name: str
-    function: Callable[[str], int]
+    count: Callable[[str], int]
+    """The estimated number of tokens in a text."""
     kind: CounterKind = "estimate"
-
-    def count(self, text: str) -> int:
-        """The estimated number of tokens in ``text``."""
-        return self.function(text)

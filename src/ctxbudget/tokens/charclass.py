@@ -239,6 +239,9 @@ _LETTERS_E3 = bytes(
 )
 # Then the U+3000..U+3FFF letter joins Han's (one count less); punctuation and kana are taken out.
 _E3_AS_HAN = bytes(0x41 + _HAN if b == 0x41 + _E3 else b for b in range(256))
+# A model with one weight for CJK punctuation, kana and Han counts them all as Han letters.
+_LETTERS_CJK = _LETTERS.translate(_E3_AS_HAN)
+_E3_SPLIT = ("cjk_punct", "kana", "han")
 _CLASS_OF = {
     "lower": _LOWER,
     "upper": _UPPER,
@@ -309,6 +312,15 @@ def _non_ascii_source(weights: dict[str, float]) -> list[str]:
     """Body lines of the non-ASCII branch: count the features with a weight, return the estimate."""
     used = [f for f in FEATURES if weights[f]]
     lines = ["raw = text.encode('utf-8', 'surrogatepass')"]
+    if weights["cjk_punct"] == weights["kana"] == weights["han"]:
+        # One weight for all of U+3000..U+9FFF: no split of U+3000..U+3FFF needed (saves a
+        # translate and two two-byte counts, ~1.5 µs on 200 Japanese characters). The products
+        # regroup as w * (a + b + c); with 5-decimal weights that moves the total by far less
+        # than the 1e-9 the rounding allows, so the estimate is the reference formula's.
+        lines.append("chars = raw.translate(_LETTERS_CJK, _CONTINUATION)")
+        if "han" in used:
+            lines.append(f"han = chars.count({0x41 + _HAN})")
+        return _non_ascii_counts(lines, weights, [f for f in used if f not in _E3_SPLIT[:2]])
     if {"cjk_punct", "kana", "han"} & set(used):
         lines += [
             "if 0xE3 in raw:",
@@ -321,11 +333,16 @@ def _non_ascii_source(weights: dict[str, float]) -> list[str]:
         ]
     else:
         lines.append("chars = raw.translate(_LETTERS, _CONTINUATION)")
-    lines.append("count = chars.count")
+    lines += [f"han = chars.count({0x41 + _HAN}) - cjk_punct - kana"] if "han" in used else []
+    return _non_ascii_counts(lines, weights, used)
+
+
+def _non_ascii_counts(lines: list[str], weights: dict[str, float], used: list[str]) -> list[str]:
+    """The rest of the non-ASCII branch, after ``chars`` (and the CJK counts) are known."""
+    lines = [*lines, "count = chars.count"]
     lines += [
         f"{f} = count({0x41 + c})" for f, c in _CLASS_OF.items() if f in used and f not in _RARE
     ]
-    lines += [f"han = count({0x41 + _HAN}) - cjk_punct - kana"] if "han" in used else []
     if any(f in _RUN_OF for f in used):
         lines += ["x = int.from_bytes(chars.translate(_RUN_BITS), 'little')", "s = x & ~(x << 8)"]
     lines += [_run_line(f) for f in used if f in _RUN_OF and f not in _NON_ASCII_RARE]
@@ -338,8 +355,8 @@ def _non_ascii_source(weights: dict[str, float]) -> list[str]:
     if "digit_runs" in used:
         rare += ["digits = rc(67)" if "digits" not in used else "", _run_line("digit_runs")]
     if "latin_ext_runs" in used:
-        latin = "latin_ext = rc(71)\n    " if "latin_ext" not in used else ""
-        rare += [f"{latin}{_run_line('latin_ext_runs')} if latin_ext else 0"]
+        rare += ["latin_ext = rc(71)" if "latin_ext" not in used else ""]
+        rare += [f"{_run_line('latin_ext_runs')} if latin_ext else 0"]
     return [
         *lines,
         f"rare = chars.translate(None, {common!r})",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from itertools import islice
 from pathlib import Path
@@ -60,7 +61,8 @@ def detect_format(path: str | Path) -> TraceFormat:
     for name, sniff in _SNIFFERS:
         if any(sniff(r) for r in records):
             return name
-    keys = sorted({k for r in records[:5] for k in r})[:8]
+    # Keys are data: quoted and cut, so a key holding a newline cannot break the one-line message.
+    keys = [json.dumps(k[:40]) for k in sorted({k for r in records[:5] for k in r})[:8]]
     raise TraceFormatError(
         f"{path}: not a known session format (first records have keys {', '.join(keys)}); "
         f"formats: {', '.join(FORMATS)}"
