@@ -11,21 +11,14 @@ from __future__ import annotations
 
 import importlib
 import math
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ctxbudget.replay.replay import unresent_reasoning
-from ctxbudget.replay.trace import Call, Trace
+from ctxbudget.replay.trace import Call, CallTable, Trace, as_table
 
 EstimatorTable = Mapping[str, Callable[[str], int]]
-
-
-@dataclass(frozen=True, slots=True)
-class CallCounts:
-    """An estimator's count of one call's added messages and of its reply."""
-
-    added: int
-    reply: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,78 +46,90 @@ def default_estimators() -> EstimatorTable:
     return table
 
 
-def count_call(call: Call, estimators: EstimatorTable) -> dict[str, CallCounts]:
-    """Each estimator's counts for one call (message by message, as harnesses count)."""
-    out = {}
-    for name, estimate in estimators.items():
-        added = sum(estimate(m.text) for m in call.added)
-        reply = estimate(call.reply.text) if call.reply is not None else 0
-        out[name] = CallCounts(added, reply)
-    return out
+class CallCounts:
+    """Each estimator's count of each call's added messages and of its reply, as columns.
+
+    8 bytes per number: the median and p95 need every call's value, and a 1 GB session has
+    about 172,000 calls (one ``(added, reply)`` object per call and estimator was ~1 KB a call).
+    """
+
+    def __init__(self, estimators: EstimatorTable) -> None:
+        self.estimators = estimators
+        self.added = {name: array("q") for name in estimators}
+        self.reply = {name: array("q") for name in estimators}
+
+    def add(self, call: Call) -> None:
+        """Count one call, message by message, as harnesses count."""
+        for name, estimate in self.estimators.items():
+            self.added[name].append(sum(estimate(m.text) for m in call.added))
+            self.reply[name].append(estimate(call.reply.text) if call.reply is not None else 0)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The q-th percentile (0..100), linear between closest ranks; None for no values."""
-    if not values:
+    return _ranked(sorted(values), q)
+
+
+def _ranked(ordered: Sequence[float], q: float) -> float | None:
+    if not ordered:
         return None
-    ordered = sorted(values)
     pos = (len(ordered) - 1) * q / 100
     lo, hi = math.floor(pos), math.ceil(pos)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def _rewritten(calls: Sequence[Call], i: int) -> bool:
-    return calls[i].after_compaction or calls[i].context_tokens * 2 < calls[i - 1].context_tokens
+def _rewritten(calls: CallTable, i: int) -> bool:
+    return bool(calls.after_compaction[i]) or calls.context[i] * 2 < calls.context[i - 1]
 
 
 def _error(predicted: int, actual: int) -> float:
     return abs(predicted - actual) / actual * 100
 
 
-def usage_first_errors(trace: Trace, counts: Sequence[CallCounts]) -> list[float]:
+def usage_first_errors(
+    trace: Trace, added: Sequence[int], unresent: Sequence[int] | None = None
+) -> array[float]:
     """Per predictable call: |prediction - reported| / reported, in percent."""
-    calls = trace.calls
-    errors = []
+    calls = as_table(trace.calls)
+    unresent = unresent_reasoning(trace) if unresent is None else unresent
+    errors = array("d")
     for i in range(1, len(calls)):
-        if calls[i].context_tokens == 0 or _rewritten(calls, i):
+        if calls.context[i] == 0 or _rewritten(calls, i):
             continue
-        predicted = calls[i - 1].total_tokens - unresent_reasoning(trace, i) + counts[i].added
-        errors.append(_error(predicted, calls[i].context_tokens))
+        total = calls.context[i - 1] + calls.output[i - 1]
+        errors.append(_error(total - unresent[i] + added[i], calls.context[i]))
     return errors
 
 
-def naive_errors(trace: Trace, counts: Sequence[CallCounts]) -> list[float]:
+def naive_errors(trace: Trace, added: Sequence[int], reply: Sequence[int]) -> array[float]:
     """Per call up to the first compaction: the whole conversation estimated, no usage."""
-    errors = []
+    calls = as_table(trace.calls)
+    errors = array("d")
     running = 0
-    for i, call in enumerate(trace.calls):
-        if i > 0 and _rewritten(trace.calls, i):
+    for i, context in enumerate(calls.context):
+        if i > 0 and _rewritten(calls, i):
             break
-        running += counts[i].added
-        if call.context_tokens:
-            errors.append(_error(running, call.context_tokens))
-        running += counts[i].reply
+        running += added[i]
+        if context:
+            errors.append(_error(running, context))
+        running += reply[i]
     return errors
 
 
-def estimator_accuracy(
-    trace: Trace,
-    per_call: Sequence[Mapping[str, CallCounts]],
-    names: Sequence[str],
-) -> tuple[EstimatorAccuracy, ...]:
+def estimator_accuracy(trace: Trace, counts: CallCounts) -> tuple[EstimatorAccuracy, ...]:
     """Median and p95 absolute error of each estimator, usage-first and naive."""
+    unresent = unresent_reasoning(trace)
     results = []
-    for name in names:
-        counts = [c[name] for c in per_call]
-        first = usage_first_errors(trace, counts)
-        naive = naive_errors(trace, counts)
+    for name in counts.estimators:
+        first = sorted(usage_first_errors(trace, counts.added[name], unresent))
+        naive = sorted(naive_errors(trace, counts.added[name], counts.reply[name]))
         results.append(
             EstimatorAccuracy(
                 name=name,
-                median_abs_error_pct=_round(percentile(first, 50)),
-                p95_abs_error_pct=_round(percentile(first, 95)),
-                naive_median_abs_error_pct=_round(percentile(naive, 50)),
-                naive_p95_abs_error_pct=_round(percentile(naive, 95)),
+                median_abs_error_pct=_round(_ranked(first, 50)),
+                p95_abs_error_pct=_round(_ranked(first, 95)),
+                naive_median_abs_error_pct=_round(_ranked(naive, 50)),
+                naive_p95_abs_error_pct=_round(_ranked(naive, 95)),
                 calls=len(first),
                 naive_calls=len(naive),
             )

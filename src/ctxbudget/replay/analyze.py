@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ctxbudget.budget.rules import Policy, get_policy, validate_window
 from ctxbudget.errors import ConfigError
@@ -14,18 +15,23 @@ from ctxbudget.replay.accuracy import (
     CallCounts,
     EstimatorAccuracy,
     EstimatorTable,
-    count_call,
     default_estimators,
     estimator_accuracy,
 )
 from ctxbudget.replay.importers import Progress, iter_calls
-from ctxbudget.replay.replay import PitfallCall, WindowReplay, reasoning_pitfall, replay_window
-from ctxbudget.replay.trace import Call, Trace
+from ctxbudget.replay.previews import Previews, preview
+from ctxbudget.replay.replay import (
+    PitfallCall,
+    WindowReplay,
+    reasoning_pitfall,
+    replay_window,
+    unresent_reasoning,
+)
+from ctxbudget.replay.trace import Call, CallTable, Trace
 from ctxbudget.replay.windows import known_window
 
 # The rules the issue names; opencode-input-limit is a variant shown by `ctxbudget thresholds`.
 DEFAULT_POLICIES = ("letta", "pi", "opencode", "codex", "corecoder", "ctxbudget")
-_PREVIEW_CHARS = 160
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,8 +43,9 @@ class ReplayResult:
     windows: tuple[WindowReplay, ...]
     estimators: tuple[EstimatorAccuracy, ...]
     pitfall: tuple[PitfallCall, ...]
-    previews: tuple[str, ...]
-    """The start of each call's newest added message, for hover text in the HTML page."""
+    previews: Sequence[str]
+    """The start of each call's newest added message, for hover text in the HTML page (empty
+    when `replay_file` was told not to keep them; see `Previews` for the cap)."""
     window_source: str
     policies: tuple[Policy, ...]
 
@@ -75,13 +82,6 @@ def resolve_windows(trace: Trace, windows: Sequence[int] | None) -> tuple[tuple[
     )
 
 
-def _preview(call: Call) -> str:
-    for message in reversed(call.added):
-        if message.text.strip():
-            return f"{message.role}: {message.text.strip()[:_PREVIEW_CHARS]}"
-    return ""
-
-
 def replay_trace(
     trace: Trace,
     *,
@@ -91,11 +91,11 @@ def replay_trace(
     estimators: EstimatorTable | None = None,
 ) -> ReplayResult:
     """Replay a loaded trace (its calls keep their text)."""
-    table = default_estimators() if estimators is None else estimators
-    counts = [count_call(c, table) for c in trace.calls]
-    return _result(
-        trace, counts, [_preview(c) for c in trace.calls], windows, policies, params, table
-    )
+    counts = CallCounts(default_estimators() if estimators is None else estimators)
+    for call in trace.calls:
+        counts.add(call)
+    previews = Previews([preview(c) for c in trace.calls])
+    return _result(trace, counts, previews, windows, policies, params)
 
 
 def replay_file(
@@ -107,45 +107,62 @@ def replay_file(
     params: Mapping[str, Any] | None = None,
     estimators: EstimatorTable | None = None,
     progress: Progress | None = None,
+    previews: bool = True,
 ) -> ReplayResult:
-    """Read and replay a session file, counting each call's text as it streams past."""
-    table = default_estimators() if estimators is None else estimators
+    """Read and replay a session file, counting each call's text as it streams past.
+
+    Memory grows by about 250 bytes a call (numbers as columns, no text); ``previews=False``
+    (nothing will draw the HTML page) saves the hover texts too.
+    """
+    counts = CallCounts(default_estimators() if estimators is None else estimators)
     chosen = resolve_policies(policies, params or {})  # fail on a bad rule before reading
     _, stream, finish = iter_calls(path, format, progress=progress)
-    kept: list[Call] = []
-    counts: list[dict[str, CallCounts]] = []
-    previews: list[str] = []
+    kept = CallTable()
+    texts = Previews()
     for call in stream:
-        counts.append(count_call(call, table))
-        previews.append(_preview(call))
-        kept.append(dataclasses.replace(call, added=(), reply=None))
-    return _result(finish(kept), counts, previews, windows, chosen, {}, table)
+        counts.add(call)
+        if previews:
+            texts.append(preview(call))
+        kept.append(call)
+    return _result(finish(kept), counts, texts, windows, chosen, {})
 
 
 def _result(
     trace: Trace,
-    counts: list[dict[str, CallCounts]],
-    previews: list[str],
+    counts: CallCounts,
+    previews: Sequence[str],
     windows: Sequence[int] | None,
     policies: Sequence[str | Policy] | None,
     params: Mapping[str, Any] | None,
-    table: EstimatorTable,
 ) -> ReplayResult:
     chosen = resolve_policies(policies, params or {})
     sizes, source = resolve_windows(trace, windows)
+    unresent = unresent_reasoning(trace)
     return ReplayResult(
         trace=trace,
-        windows=tuple(replay_window(trace, w, chosen) for w in sizes),
-        estimators=estimator_accuracy(trace, counts, list(table)),
+        windows=tuple(replay_window(trace, w, chosen, unresent) for w in sizes),
+        estimators=estimator_accuracy(trace, counts),
         pitfall=reasoning_pitfall(trace),
-        previews=tuple(previews),
+        previews=previews,
         window_source=source,
         policies=chosen,
     )
 
 
-def result_json(result: ReplayResult) -> dict[str, Any]:
-    """The `--json` document (the issue's contract, plus a few extra fields)."""
+def _call_row(c: Call) -> dict[str, Any]:
+    return {
+        "index": c.index,
+        "context_tokens": c.context_tokens,
+        "output_tokens": c.output_tokens,
+        "reasoning_tokens": c.reasoning_tokens,
+        "cache_read_tokens": c.cache_read_tokens,
+        "cache_write_tokens": c.cache_write_tokens,
+        "task_start": c.task_start,
+        "after_compaction": c.after_compaction,
+    }
+
+
+def _document(result: ReplayResult, calls: list[dict[str, Any]]) -> dict[str, Any]:
     t = result.trace
     return {
         "trace": {
@@ -158,19 +175,7 @@ def result_json(result: ReplayResult) -> dict[str, Any]:
             "reasoning": t.reasoning,
             "window_source": result.window_source,
         },
-        "calls": [
-            {
-                "index": c.index,
-                "context_tokens": c.context_tokens,
-                "output_tokens": c.output_tokens,
-                "reasoning_tokens": c.reasoning_tokens,
-                "cache_read_tokens": c.cache_read_tokens,
-                "cache_write_tokens": c.cache_write_tokens,
-                "task_start": c.task_start,
-                "after_compaction": c.after_compaction,
-            }
-            for c in t.calls
-        ],
+        "calls": calls,
         "windows": [
             {
                 "window": w.window,
@@ -194,3 +199,36 @@ def result_json(result: ReplayResult) -> dict[str, Any]:
         "estimators": [dataclasses.asdict(e) for e in result.estimators],
         "reasoning_pitfall": [dataclasses.asdict(p) for p in result.pitfall],
     }
+
+
+def result_json(result: ReplayResult) -> dict[str, Any]:
+    """The `--json` document (the issue's contract, plus a few extra fields)."""
+    return _document(result, [_call_row(c) for c in result.trace.calls])
+
+
+def write_json(result: ReplayResult, out: TextIO) -> None:
+    """Write ``json.dumps(result_json(result), indent=2)`` and a newline, a call at a time.
+
+    The same text, without holding the whole document: on a 172,000-call session the dict and
+    the encoder's pieces were about 1.1 KB a call.
+    """
+    doc = _document(result, [])
+    out.write("{")
+    for n, (key, value) in enumerate(doc.items()):
+        out.write(("," if n else "") + "\n  " + json.dumps(key) + ": ")
+        if key == "calls":
+            _write_calls(result.trace.calls, out)
+        else:  # one level down: every line after the first gains two spaces
+            out.write(json.dumps(value, indent=2).replace("\n", "\n  "))
+    out.write("\n}\n")
+
+
+def _write_calls(calls: Sequence[Call], out: TextIO) -> None:
+    if not calls:
+        out.write("[]")
+        return
+    out.write("[")
+    for n, call in enumerate(calls):
+        row = json.dumps(_call_row(call), indent=2).replace("\n", "\n    ")
+        out.write(("," if n else "") + "\n    " + row)
+    out.write("\n  ]")

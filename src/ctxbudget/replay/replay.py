@@ -9,11 +9,12 @@ the wall, or never fires while the wall is hit.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ctxbudget.budget.rules import Policy
-from ctxbudget.replay.trace import Call, Trace
+from ctxbudget.replay.trace import Call, Trace, as_table
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,46 +55,54 @@ class PitfallCall:
     unresent_reasoning: int
 
 
-def unresent_reasoning(trace: Trace, i: int) -> int:
-    """Reasoning tokens in the total reported before call ``i`` that call ``i`` did not resend.
+def unresent_reasoning(trace: Trace) -> array[int]:
+    """Per call ``i``: reasoning tokens in the total reported before call ``i`` that call ``i``
+    did not resend.
 
     "dropped": the previous reply's reasoning. "dropped_between_tasks" (Codex, Responses API):
     reasoning stays within a task and all of the previous task's is dropped at a new user turn.
     """
-    if i == 0:
-        return 0
-    calls = trace.calls
+    t = as_table(trace.calls)
+    out = array("q", bytes(8 * len(t)))
     if trace.reasoning == "dropped":
-        return calls[i - 1].reasoning_tokens
-    if trace.reasoning == "dropped_between_tasks" and calls[i].task_start:
-        total = 0
-        for j in range(i - 1, -1, -1):
-            total += calls[j].reasoning_tokens
-            if calls[j].task_start:
-                break
-        return total
-    return 0
+        out[1:] = t.reasoning[:-1]
+    elif trace.reasoning == "dropped_between_tasks":
+        since_task = 0  # reasoning from the latest task start (included) to the previous call
+        for i, reasoning in enumerate(t.reasoning):
+            if t.task_start[i]:
+                out[i], since_task = since_task, 0
+            since_task += reasoning
+    return out
 
 
 def checks_at(policy: Policy, call: Call) -> bool:
     """True when the rule's harness checks before this call."""
+    return _checked(policy, call.task_start)
+
+
+def _checked(policy: Policy, task_start: int) -> bool:
     if "before_request" in policy.checked or "after_step" in policy.checked:
         return True
-    return "task_end" in policy.checked and call.task_start
+    return "task_end" in policy.checked and bool(task_start)
 
 
 def find_wall(calls: Sequence[Call], window: int) -> int | None:
     """The first call whose context + output exceeds the window."""
-    return next((c.index for c in calls if c.total_tokens > window), None)
+    t = as_table(calls)
+    for i, (context, output) in enumerate(zip(t.context, t.output, strict=True)):
+        if context + output > window:
+            return t.index[i]
+    return None
 
 
 def first_trigger(
     policy: Policy, calls: Sequence[Call], window: int, extra: Sequence[int]
 ) -> int | None:
     """The first call at which ``policy`` fires on context + ``extra`` tokens."""
-    for call, more in zip(calls, extra, strict=True):
-        if checks_at(policy, call) and policy.fires(call.context_tokens + more, window):
-            return call.index
+    t = as_table(calls)
+    for i, (context, more) in enumerate(zip(t.context, extra, strict=True)):
+        if _checked(policy, t.task_start[i]) and policy.fires(context + more, window):
+            return t.index[i]
     return None
 
 
@@ -104,14 +113,17 @@ def is_late(trigger: int | None, wall: int | None) -> bool:
     return trigger is None or trigger > wall
 
 
-def replay_window(trace: Trace, window: int, policies: Sequence[Policy]) -> WindowReplay:
-    """Every policy on one window."""
-    wall = find_wall(trace.calls, window)
-    none = [0] * len(trace.calls)
-    unresent = [unresent_reasoning(trace, i) for i in range(len(trace.calls))]
+def replay_window(
+    trace: Trace, window: int, policies: Sequence[Policy], unresent: Sequence[int] | None = None
+) -> WindowReplay:
+    """Every policy on one window (``unresent``: `unresent_reasoning`, when already computed)."""
+    calls = as_table(trace.calls)
+    wall = find_wall(calls, window)
+    none = array("q", bytes(8 * len(calls)))
+    unresent = unresent_reasoning(trace) if unresent is None else unresent
     results = []
     for policy in policies:
-        trigger = first_trigger(policy, trace.calls, window, none)
+        trigger = first_trigger(policy, calls, window, none)
         results.append(
             PolicyReplay(
                 name=policy.name,
@@ -120,7 +132,7 @@ def replay_window(trace: Trace, window: int, policies: Sequence[Policy]) -> Wind
                 tiers=policy.tiers(window),
                 first_trigger=trigger,
                 late=is_late(trigger, wall),
-                first_trigger_reading_total=first_trigger(policy, trace.calls, window, unresent),
+                first_trigger_reading_total=first_trigger(policy, calls, window, unresent),
                 parameters=policy.parameters(),
             )
         )
@@ -129,15 +141,15 @@ def replay_window(trace: Trace, window: int, policies: Sequence[Policy]) -> Wind
 
 def reasoning_pitfall(trace: Trace) -> tuple[PitfallCall, ...]:
     """Calls where the previous reported total overstates the next request by its reasoning."""
+    t = as_table(trace.calls)
     found = []
-    for i in range(1, len(trace.calls)):
-        unresent = unresent_reasoning(trace, i)
+    for i, unresent in enumerate(unresent_reasoning(trace)):
         if unresent > 0:
             found.append(
                 PitfallCall(
                     index=i,
-                    reported_total=trace.calls[i - 1].total_tokens,
-                    next_context=trace.calls[i].context_tokens,
+                    reported_total=t.context[i - 1] + t.output[i - 1],
+                    next_context=t.context[i],
                     unresent_reasoning=unresent,
                 )
             )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, overload
 
 TraceFormat = Literal["claude-code", "codex", "pi", "mini-swe-agent", "ctxbudget", "openai-log"]
 FORMATS: tuple[TraceFormat, ...] = (
@@ -62,7 +64,8 @@ class Trace:
     """A whole recorded session."""
 
     format: TraceFormat
-    calls: tuple[Call, ...]
+    calls: Sequence[Call]
+    """A tuple of calls with their text (`load_trace`), or a `CallTable` without it (replay)."""
     model: str | None = None
     window: int | None = None
     """The context window the session recorded, if it did (Codex does)."""
@@ -72,3 +75,70 @@ class Trace:
     source: str = ""
     """Where the trace came from (a path), for display."""
     meta: dict[str, str] = field(default_factory=dict)
+
+
+class CallTable(Sequence[Call]):
+    """Calls without their text, stored as columns: 8 bytes per number, 1 per flag.
+
+    A 1 GB session holds about 172,000 calls; kept as `Call` objects (about 300 bytes each with
+    their int objects) they alone would be about 50 MB. Indexing builds a `Call` on the fly.
+    """
+
+    def __init__(self, calls: Iterable[Call] = ()) -> None:
+        self.index = array("q")
+        self.context = array("q")
+        self.output = array("q")
+        self.reasoning = array("q")
+        self.cache_read = array("q")
+        self.cache_write = array("q")
+        self.task_start = bytearray()
+        self.after_compaction = bytearray()
+        self._model_of = array("l")  # an index into _models; a session uses a handful of models
+        self._models: list[str | None] = []
+        self._model_ids: dict[str | None, int] = {}
+        for call in calls:
+            self.append(call)
+
+    def append(self, call: Call) -> None:
+        """Keep the call's numbers, flags and model; drop its text."""
+        self.index.append(call.index)
+        self.context.append(call.context_tokens)
+        self.output.append(call.output_tokens)
+        self.reasoning.append(call.reasoning_tokens)
+        self.cache_read.append(call.cache_read_tokens)
+        self.cache_write.append(call.cache_write_tokens)
+        self.task_start.append(call.task_start)
+        self.after_compaction.append(call.after_compaction)
+        model_id = self._model_ids.setdefault(call.model, len(self._models))
+        if model_id == len(self._models):
+            self._models.append(call.model)
+        self._model_of.append(model_id)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @overload
+    def __getitem__(self, i: int) -> Call: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> CallTable: ...
+
+    def __getitem__(self, i: int | slice) -> Call | CallTable:
+        if isinstance(i, slice):
+            return CallTable(self[j] for j in range(*i.indices(len(self))))
+        return Call(
+            index=self.index[i],
+            context_tokens=self.context[i],
+            output_tokens=self.output[i],
+            reasoning_tokens=self.reasoning[i],
+            cache_read_tokens=self.cache_read[i],
+            cache_write_tokens=self.cache_write[i],
+            task_start=bool(self.task_start[i]),
+            after_compaction=bool(self.after_compaction[i]),
+            model=self._models[self._model_of[i]],
+        )
+
+
+def as_table(calls: Sequence[Call]) -> CallTable:
+    """``calls`` as a `CallTable` (itself when it already is one)."""
+    return calls if isinstance(calls, CallTable) else CallTable(calls)

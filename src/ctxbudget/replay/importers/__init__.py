@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from ctxbudget.replay.importers import (
 )
 from ctxbudget.replay.importers._builder import CallBuilder
 from ctxbudget.replay.importers._lines import LineReader, Progress, Record, check_readable
-from ctxbudget.replay.trace import FORMATS, Call, Trace, TraceFormat
+from ctxbudget.replay.trace import FORMATS, Call, CallTable, Trace, TraceFormat
 
 __all__ = ["FORMATS", "Progress", "detect_format", "iter_calls", "load_trace"]
 
@@ -84,9 +84,10 @@ def iter_calls(
     format: str | None = None,
     *,
     progress: Progress | None = None,
-) -> tuple[TraceFormat, Iterator[Call], Callable[[list[Call]], Trace]]:
-    """Stream the calls of a session: (format, calls, finish) where ``finish(calls)`` builds the
-    `Trace` once the iterator is spent (with the skipped lines and recorded window).
+) -> tuple[TraceFormat, Iterator[Call], Callable[[Sequence[Call]], Trace]]:
+    """Stream the calls of a session: (format, calls, finish) where ``finish(kept)`` builds the
+    `Trace` of the calls kept (a tuple, or a `CallTable`) once the iterator is spent, with the
+    skipped lines and recorded window.
 
     Memory stays bounded by one line plus what the caller keeps of each call.
     """
@@ -95,7 +96,7 @@ def iter_calls(
     builder = CallBuilder()
     calls, reader = _calls(path, fmt, builder, progress)
 
-    def finish(kept: list[Call]) -> Trace:
+    def finish(kept: Sequence[Call]) -> Trace:
         if builder.count == 0:
             raise TraceFormatError(
                 f"{path}: no model call with usage found in this {fmt} file"
@@ -103,7 +104,7 @@ def iter_calls(
             )
         return Trace(
             format=fmt,
-            calls=tuple(kept),
+            calls=kept if isinstance(kept, tuple | CallTable) else tuple(kept),
             model=builder.main_model,
             window=builder.window,
             skipped_lines=reader.skipped if reader else 0,
@@ -133,4 +134,4 @@ def load_trace(
     number). An empty, binary or unknown file, or one with no call, raises `TraceFormatError`.
     """
     _, calls, finish = iter_calls(path, format, progress=progress)
-    return finish(list(calls))
+    return finish(tuple(calls))

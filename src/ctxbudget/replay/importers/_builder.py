@@ -3,9 +3,28 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
+from ctxbudget.errors import MessageFormatError
+from ctxbudget.messages.usage import Usage
+from ctxbudget.replay.importers._lines import LineReader
 from ctxbudget.replay.trace import Call, ReasoningResend, TraceMessage
+
+_MAX_WHY = 200  # a rejected value is quoted in the warning; a huge one is cut
+
+
+def read_usage(
+    read: Callable[[object], Usage], value: object, reader: LineReader, where: str
+) -> Usage | None:
+    """``read(value)`` (a `ctxbudget.budget.usage` reader); when it rejects the usage, the record
+    is skipped with a warning naming ``where`` (e.g. "line 12") and None comes back."""
+    try:
+        return read(value)
+    except MessageFormatError as e:
+        why = str(e)
+        reader.skip_at(where, why if len(why) <= _MAX_WHY else why[:_MAX_WHY] + "...")
+        return None
 
 
 def block_text(block: Any) -> str:
@@ -45,28 +64,20 @@ class CallBuilder:
         self.added.append(TraceMessage(role, text))
         self.task_start = self.task_start or task
 
-    def call(
-        self,
-        *,
-        context: int,
-        output: int,
-        reasoning: int = 0,
-        cache_read: int = 0,
-        cache_write: int = 0,
-        reply: str | None = None,
-        model: str | None = None,
-    ) -> Call:
-        """Emit the next call with everything collected since the previous one."""
+    def call(self, *, usage: Usage, reply: str | None = None, model: str | None = None) -> Call:
+        """Emit the next call, with the usage the server reported for it and everything
+        collected since the previous one."""
         model = model or self.model
         if model:
             self.models[model] = self.models.get(model, 0) + 1
         call = Call(
             index=self.count,
-            context_tokens=context,
-            output_tokens=output,
-            reasoning_tokens=min(reasoning, output),
-            cache_read_tokens=cache_read,
-            cache_write_tokens=cache_write,
+            context_tokens=usage.context_tokens,
+            output_tokens=usage.output_tokens,
+            # Harness-mapped usage (Pi, Codex) is not checked; reasoning is part of output.
+            reasoning_tokens=min(usage.reasoning_tokens, usage.output_tokens),
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
             task_start=self.task_start,
             after_compaction=self.compacted,
             added=tuple(self.added),

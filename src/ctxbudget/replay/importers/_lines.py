@@ -56,8 +56,12 @@ class LineReader:
 
     def skip(self, lineno: int, why: str) -> None:
         """Count a line that cannot be used and remember why."""
+        self.skip_at(f"line {lineno}", why)
+
+    def skip_at(self, where: str, why: str) -> None:
+        """Count a record (``where``: "line 12", "message 7") that cannot be used."""
         self.skipped += 1
-        message = f"{self.path.name}: line {lineno} skipped: {why}"
+        message = f"{self.path.name}: {where} skipped: {why}"
         if not self.quiet:
             log.warning(message)
         if len(self.warnings) < _MAX_WARNINGS:
