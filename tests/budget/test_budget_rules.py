@@ -145,11 +145,35 @@ def test_ctxbudget_reply_reserve_follows_max_output_capped(
 ) -> None:
     policy = get_policy("ctxbudget", max_output=max_output)
     assert isinstance(policy, CtxbudgetPolicy)
-    assert policy.reply_reserve == reply
+    assert policy.reply_reserve(200_000) == reply
     line = 200_000 - reply - DEFAULT_COMPACTION_RESERVE
     assert policy.threshold(200_000) == line
     assert policy.fires(line + 1, 200_000)
     assert not policy.fires(line, 200_000)
+
+
+@pytest.mark.parametrize(
+    ("window", "reply", "compaction"),
+    [
+        (1_200, 300, 75),
+        (2_400, 600, 150),
+        (4_096, 1_024, 256),
+        (16_384, 4_096, 1_024),
+        (32_768, 4_096, 2_048),
+        (200_000, 4_096, 2_048),
+    ],
+)
+def test_ctxbudget_default_reserves_shrink_with_small_windows(
+    window: int, reply: int, compaction: int
+) -> None:
+    """Without a max output the reserves are min(4,096, W/4) + min(2,048, W/16)."""
+    policy = get_policy("ctxbudget")
+    assert isinstance(policy, CtxbudgetPolicy)
+    assert policy.reply_reserve(window) == reply
+    assert policy.compaction_reserve_for(window) == compaction
+    assert policy.threshold(window) == window - reply - compaction > 0
+    fixed = get_policy("ctxbudget", max_output=100, compaction_reserve=50)
+    assert fixed.threshold(window) == window - 150
 
 
 @pytest.mark.parametrize("name", POLICY_NAMES)
@@ -222,7 +246,7 @@ def test_fires_is_monotone_and_the_line_is_below_the_window(window: int, name: s
 @given(small=st.integers(1, 10**6), extra=st.integers(0, 10**6))
 def test_reserve_rules_approach_the_window(small: int, extra: int) -> None:
     """A fixed reserve is a larger share of a larger window; a percentage stays flat."""
-    for name in ("pi", "ctxbudget"):
-        p = get_policy(name)
+    fixed = {"max_output": DEFAULT_REPLY_RESERVE, "compaction_reserve": DEFAULT_COMPACTION_RESERVE}
+    for p in (get_policy("pi"), get_policy("ctxbudget", **fixed)):
         big = small + extra
         assert p.threshold(big) / big >= p.threshold(small) / small

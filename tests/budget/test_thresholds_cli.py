@@ -79,6 +79,11 @@ def test_window_2400_says_who_compacts_before_every_request() -> None:
     assert {"pi", "opencode", "opencode-input-limit"} <= every
     assert not every & {"letta", "codex", "corecoder"}
     assert policy(data, 2_400, "pi")["threshold"] == 2_400 - 16_384
+    # ctxbudget's default reserves shrink with the window: 600 reply + 150 compaction.
+    assert policy(data, 2_400, "ctxbudget")["threshold"] == 2_400 - 600 - 150
+    assert "ctxbudget" not in every
+    # With a reply limit the window cannot hold, it is the prompt-floor case instead.
+    data = run_json("--window", "2400", "--max-output", "4096")
     assert "PromptFloorExceeded" in policy(data, 2_400, "ctxbudget")["note"]
 
 
@@ -86,6 +91,8 @@ def test_window_2400_table_names_them() -> None:
     result = CliRunner().invoke(thresholds_command, ["--window", "2400"], catch_exceptions=False)
     assert result.exit_code == 0
     assert "over the line before the first request: pi, opencode" in result.output
+    args = ["--window", "2400", "--max-output", "4096"]
+    result = CliRunner().invoke(thresholds_command, args, catch_exceptions=False)
     assert "ctxbudget:" in result.output
 
 

@@ -145,7 +145,7 @@ class Agent:
         request = self.request()
         count = self.counter.count(request)
         self.floor_tokens = count.floor
-        reserve = reply_reserve(self.policy, self.max_output_tokens)
+        reserve = reply_reserve(self.policy, self.window, self.max_output_tokens)
         check_prompt_floor(
             count,
             self.window,

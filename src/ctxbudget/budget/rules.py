@@ -26,6 +26,8 @@ __all__ = [
     "OpenCodePolicy",
     "PiPolicy",
     "Policy",
+    "default_compaction_reserve",
+    "default_max_output",
     "get_policy",
     "validate_window",
 ]
@@ -49,6 +51,21 @@ DEFAULT_REPLY_RESERVE = 4_096
 # 2,048: room for the summarizer's instructions next to the history it summarizes; the summary
 # itself is a reply and uses the reply reserve, which is free when compaction runs.
 DEFAULT_COMPACTION_RESERVE = 2_048
+# In a small window both defaults shrink with it: a reply of at most a quarter of the window and
+# a compaction reserve of a sixteenth (both reach their defaults at 16K and 32K). A fixed 4,096 +
+# 2,048 would leave a 4,096-token window (Ollama's old default, a common adopted limit) no room.
+REPLY_SHARE = 4
+COMPACTION_SHARE = 16
+
+
+def default_max_output(window: int) -> int:
+    """The reply limit to ask for when none is configured: min(4,096, a quarter of W)."""
+    return max(1, min(DEFAULT_REPLY_RESERVE, validate_window(window) // REPLY_SHARE))
+
+
+def default_compaction_reserve(window: int) -> int:
+    """The compaction reserve when none is configured: min(2,048, a sixteenth of W)."""
+    return max(1, min(DEFAULT_COMPACTION_RESERVE, validate_window(window) // COMPACTION_SHARE))
 
 
 def validate_window(window: object, what: str = "window") -> int:
@@ -287,8 +304,10 @@ class CtxbudgetPolicy(Policy):
       margin on small ones.
     - The reply reserve grows with the reply: it is the request's max output, capped at 16,384
       (letta-code's and Pi's output reserve) so that a model that allows 128K replies does not
-      give up a large share of a small window; 4,096 when the request sets none. The compaction
-      reserve (2,048) holds the summarizer's instructions; its summary uses the reply reserve.
+      give up a large share of a small window; when the request sets none, min(4,096, W/4).
+      The compaction reserve, min(2,048, W/16) unless set, holds the summarizer's instructions;
+      its summary uses the reply reserve. Both shrink in small windows, so a 4,096-token server
+      still leaves room for a conversation.
     - Checked before the request: a near-full request is not rejected, it is cut short -- pi-ai
       lowers max_tokens to W - estimate - 4,096 (at least 1), so the reply stops with ``length``
       where no overflow retry can catch it (letta-code provider-turn-executor.ts:225-240).
@@ -302,28 +321,33 @@ class CtxbudgetPolicy(Policy):
     checked: tuple[Checkpoint, ...] = ("before_request", "after_step")
     source: str = "ctxbudget (this library); reserves from letta-code and Pi"
     max_output: int | None = None
-    """The request's max output tokens; None: `DEFAULT_REPLY_RESERVE`."""
+    """The request's max output tokens; None: `default_max_output` of the window."""
     reply_cap: int = REPLY_RESERVE_CAP
-    compaction_reserve: int = DEFAULT_COMPACTION_RESERVE
+    compaction_reserve: int | None = None
+    """Tokens kept for a compaction; None: `default_compaction_reserve` of the window."""
 
     def __post_init__(self) -> None:
         _tokens(self.max_output, "max_output", allow_none=True)
         _tokens(self.reply_cap, "reply_cap")
-        _tokens(self.compaction_reserve, "compaction_reserve")
+        _tokens(self.compaction_reserve, "compaction_reserve", allow_none=True)
 
-    @property
-    def reply_reserve(self) -> int:
-        """Tokens kept for the reply: the max output asked for, capped."""
-        wanted = DEFAULT_REPLY_RESERVE if self.max_output is None else self.max_output
+    def reply_reserve(self, window: int) -> int:
+        """Tokens kept for the reply in ``window``: the max output asked for, capped."""
+        wanted = default_max_output(window) if self.max_output is None else self.max_output
         return min(wanted, self.reply_cap)
 
-    @property
-    def reserve_tokens(self) -> int:
-        """Everything kept free: reply reserve + compaction reserve."""
-        return self.reply_reserve + self.compaction_reserve
+    def compaction_reserve_for(self, window: int) -> int:
+        """Tokens kept for a compaction in ``window``."""
+        if self.compaction_reserve is not None:
+            return self.compaction_reserve
+        return default_compaction_reserve(window)
+
+    def reserve(self, window: int) -> int:
+        """Everything kept free in ``window``: reply reserve + compaction reserve."""
+        return self.reply_reserve(window) + self.compaction_reserve_for(window)
 
     def threshold(self, window: int) -> int:
-        return validate_window(window) - self.reserve_tokens
+        return validate_window(window) - self.reserve(window)
 
 
 _PRESETS: dict[str, Policy] = {

@@ -70,9 +70,10 @@ def threshold_policies(
 def _note(policy: Policy, window: int, every: bool) -> str | None:
     if isinstance(policy, CtxbudgetPolicy) and policy.threshold(window) <= 0:
         return (
-            f"reply reserve {policy.reply_reserve:,} + compaction reserve "
-            f"{policy.compaction_reserve:,} leave no room in {window:,}: the prompt floor check "
-            "refuses to send (PromptFloorExceeded); lower --max-output or use a larger window"
+            f"reply reserve {policy.reply_reserve(window):,} + compaction reserve "
+            f"{policy.compaction_reserve_for(window):,} leave no room in {window:,}: the prompt "
+            "floor check refuses to send (PromptFloorExceeded); lower --max-output or use a "
+            "larger window"
         )
     if every:
         return "over the line before the first request: compacts before every request"

@@ -11,7 +11,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ctxbudget.budget.rules import DEFAULT_REPLY_RESERVE
+from ctxbudget.budget.rules import (
+    COMPACTION_SHARE,
+    DEFAULT_COMPACTION_RESERVE,
+    DEFAULT_REPLY_RESERVE,
+    REPLY_SHARE,
+)
 from ctxbudget.replay.analyze import ReplayResult
 
 _ESCAPES = {
@@ -53,7 +58,12 @@ def page_data(result: ReplayResult) -> dict[str, Any]:
             {"name": p.name, "checked": list(p.checked), "parameters": p.parameters()}
             for p in result.policies
         ],
-        "constants": {"default_reply_reserve": DEFAULT_REPLY_RESERVE},
+        "constants": {
+            "default_reply_reserve": DEFAULT_REPLY_RESERVE,
+            "default_compaction_reserve": DEFAULT_COMPACTION_RESERVE,
+            "reply_share": REPLY_SHARE,
+            "compaction_share": COMPACTION_SHARE,
+        },
         "expected": [
             {
                 "window": w.window,

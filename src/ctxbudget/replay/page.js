@@ -26,9 +26,15 @@
     }
     if (name === "corecoder") return Math.trunc(w * p.snip_ratio);
     if (name === "ctxbudget") {
+      // Mirrors budget/rules.py: defaults shrink with small windows (W/4 reply, W/16 compaction).
+      var C = DATA.constants;
       var wanted = p.max_output === null || p.max_output === undefined
-        ? DATA.constants.default_reply_reserve : p.max_output;
-      return w - (Math.min(wanted, p.reply_cap) + p.compaction_reserve);
+        ? Math.max(1, Math.min(C.default_reply_reserve, Math.floor(w / C.reply_share)))
+        : p.max_output;
+      var compaction = p.compaction_reserve === null || p.compaction_reserve === undefined
+        ? Math.max(1, Math.min(C.default_compaction_reserve, Math.floor(w / C.compaction_share)))
+        : p.compaction_reserve;
+      return w - (Math.min(wanted, p.reply_cap) + compaction);
     }
     return NaN;
   }

@@ -91,7 +91,7 @@ def find_wall(calls: Sequence[Call], window: int) -> int | None:
     t = as_table(calls)
     for i, (context, output) in enumerate(zip(t.context, t.output, strict=True)):
         if context + output > window:
-            return t.index[i]
+            return t.call_index[i]
     return None
 
 
@@ -102,7 +102,7 @@ def first_trigger(
     t = as_table(calls)
     for i, (context, more) in enumerate(zip(t.context, extra, strict=True)):
         if _checked(policy, t.task_start[i]) and policy.fires(context + more, window):
-            return t.index[i]
+            return t.call_index[i]
     return None
 
 

@@ -85,7 +85,7 @@ class CallTable(Sequence[Call]):
     """
 
     def __init__(self, calls: Iterable[Call] = ()) -> None:
-        self.index = array("q")
+        self.call_index = array("q")
         self.context = array("q")
         self.output = array("q")
         self.reasoning = array("q")
@@ -101,7 +101,7 @@ class CallTable(Sequence[Call]):
 
     def append(self, call: Call) -> None:
         """Keep the call's numbers, flags and model; drop its text."""
-        self.index.append(call.index)
+        self.call_index.append(call.index)
         self.context.append(call.context_tokens)
         self.output.append(call.output_tokens)
         self.reasoning.append(call.reasoning_tokens)
@@ -115,7 +115,7 @@ class CallTable(Sequence[Call]):
         self._model_of.append(model_id)
 
     def __len__(self) -> int:
-        return len(self.index)
+        return len(self.call_index)
 
     @overload
     def __getitem__(self, i: int) -> Call: ...
@@ -127,7 +127,7 @@ class CallTable(Sequence[Call]):
         if isinstance(i, slice):
             return CallTable(self[j] for j in range(*i.indices(len(self))))
         return Call(
-            index=self.index[i],
+            index=self.call_index[i],
             context_tokens=self.context[i],
             output_tokens=self.output[i],
             reasoning_tokens=self.reasoning[i],

@@ -72,9 +72,9 @@ def detect_format(path: str | Path) -> TraceFormat:
 def _calls(
     path: Path, fmt: TraceFormat, builder: CallBuilder, progress: Progress | None
 ) -> tuple[Iterator[Call], LineReader | None]:
-    if fmt == "mini-swe-agent":
-        size = check_readable(path)
-        return mini_swe.read(mini_swe.load(path, size, progress), builder), None
+    if fmt == "mini-swe-agent":  # one JSON document; the reader only counts skipped messages
+        skips = LineReader(path)
+        return mini_swe.read(mini_swe.load(path, skips.size, progress), builder, skips), skips
     reader = LineReader(path, progress)
     return _LINE_READERS[fmt](reader, builder), reader
 

@@ -1,17 +1,18 @@
 """Claude Code session JSONL: one API call per ``message.id``, its last line carries the output.
 
 Claude Code writes an assistant message over several lines, one per content block; all but the
-last carry a start-of-message usage snapshot. Context = input + cache_creation + cache_read
-(Anthropic's ``input_tokens`` excludes both cache parts). Sidechain (sub-agent) lines are another
-conversation with its own context, so they are left out of the main curve.
+last carry a start-of-message usage snapshot. The usage is Anthropic's, read by
+`usage_from_anthropic` (its ``input_tokens`` excludes both cache parts). Sidechain (sub-agent)
+lines are another conversation with its own context, so they are left out of the main curve.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ctxbudget.replay.importers._builder import CallBuilder, block_text
-from ctxbudget.replay.importers._lines import LineReader, Record, as_dict, as_int, as_list
+from ctxbudget.budget.usage import usage_from_anthropic
+from ctxbudget.replay.importers._builder import CallBuilder, block_text, read_usage
+from ctxbudget.replay.importers._lines import LineReader, Record, as_dict, as_list
 from ctxbudget.replay.trace import Call
 
 # Tuples, not sets: a record's "type" may be any JSON value, a list or object included.
@@ -43,48 +44,41 @@ class _Pending:
         self.id = message_id
         self.parts: list[str] = []
         self.usage: Record = {}
+        self.usage_line = 0
         self.model: str | None = None
 
-    def to_call(self, builder: CallBuilder) -> Call | None:
-        u = self.usage
-        cache_write = as_int(u.get("cache_creation_input_tokens"))
-        cache_read = as_int(u.get("cache_read_input_tokens"))
-        context = as_int(u.get("input_tokens")) + cache_write + cache_read
-        output = as_int(u.get("output_tokens"))
-        if context == 0 and output == 0:  # "<synthetic>" error replies report all zeros
+    def to_call(self, builder: CallBuilder, reader: LineReader) -> Call | None:
+        if not self.usage:
             return None
-        return builder.call(
-            context=context,
-            output=output,
-            cache_read=cache_read,
-            cache_write=cache_write,
-            reply="".join(self.parts),
-            model=self.model,
-        )
+        usage = read_usage(usage_from_anthropic, self.usage, reader, f"line {self.usage_line}")
+        if usage is None or usage.is_zero:  # "<synthetic>" error replies report all zeros
+            return None
+        return builder.call(usage=usage, reply="".join(self.parts), model=self.model)
 
 
 def read(reader: LineReader, builder: CallBuilder) -> Iterator[Call]:
     """Calls of a Claude Code session, in order."""
     builder.reasoning = "unknown"  # thinking is not reported apart from output
     pending: _Pending | None = None
-    for _, record in reader:
+    for lineno, record in reader:
         if record.get("isSidechain"):
             continue
         message = as_dict(record.get("message"))
         kind = record.get("type")
         if kind == "assistant" and message.get("id"):
             if pending is not None and pending.id != message["id"]:
-                call = pending.to_call(builder)
+                call = pending.to_call(builder, reader)
                 if call is not None:
                     yield call
                 pending = None
             pending = pending or _Pending(str(message["id"]))
             pending.parts.append(block_text(message.get("content")))
-            pending.usage = as_dict(message.get("usage")) or pending.usage
+            if as_dict(message.get("usage")):
+                pending.usage, pending.usage_line = message["usage"], lineno
             pending.model = str(message.get("model") or "") or pending.model
         elif kind == "user" and message:
             if pending is not None:
-                call = pending.to_call(builder)
+                call = pending.to_call(builder, reader)
                 if call is not None:
                     yield call
                 pending = None
@@ -96,6 +90,6 @@ def read(reader: LineReader, builder: CallBuilder) -> Iterator[Call]:
         elif kind == "summary":
             builder.compacted = True
     if pending is not None:
-        call = pending.to_call(builder)
+        call = pending.to_call(builder, reader)
         if call is not None:
             yield call

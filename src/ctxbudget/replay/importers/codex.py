@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ctxbudget.messages.usage import Usage
 from ctxbudget.replay.importers._builder import CallBuilder, block_text
 from ctxbudget.replay.importers._lines import LineReader, Record, as_dict, as_int
 from ctxbudget.replay.trace import Call
@@ -43,6 +44,18 @@ def _item(payload: Record, builder: CallBuilder, reply: list[str]) -> None:
         builder.add("tool", block_text(payload.get("output") or payload.get("content")))
 
 
+def _usage(last: Record) -> Usage:
+    """Codex's own ``TokenUsage`` names, mapped here: no provider reader knows them. Its
+    ``input_tokens`` already includes ``cached_input_tokens`` and ``output_tokens`` includes
+    ``reasoning_output_tokens`` (the Responses API's convention), so nothing is added up."""
+    return Usage(
+        input_tokens=as_int(last.get("input_tokens")),
+        cache_read_tokens=as_int(last.get("cached_input_tokens")),
+        output_tokens=as_int(last.get("output_tokens")),
+        reasoning_tokens=as_int(last.get("reasoning_output_tokens")),
+    )
+
+
 def read(reader: LineReader, builder: CallBuilder) -> Iterator[Call]:
     """Calls of a Codex rollout, in order, each token event counted once."""
     builder.reasoning = "dropped_between_tasks"
@@ -67,11 +80,5 @@ def read(reader: LineReader, builder: CallBuilder) -> Iterator[Call]:
                 continue
             last_total = total
             builder.window = as_int(info.get("model_context_window")) or builder.window
-            yield builder.call(
-                context=as_int(last.get("input_tokens")),
-                output=as_int(last.get("output_tokens")),
-                reasoning=as_int(last.get("reasoning_output_tokens")),
-                cache_read=as_int(last.get("cached_input_tokens")),
-                reply="".join(reply),
-            )
+            yield builder.call(usage=_usage(last), reply="".join(reply))
             reply = []

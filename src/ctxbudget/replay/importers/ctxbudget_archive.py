@@ -2,14 +2,15 @@
 
 Read tolerantly: a message may be nested under ``"message"`` or written flat; usage may be a
 record of its own (``{"type": "usage", ...}``) or sit on an assistant message. Usage fields are
-those of `ctxbudget.messages.usage.Usage` (``input_tokens`` includes the cached part).
+those of `ctxbudget.messages.usage.Usage`, read by the archive's own `usage_from_record`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ctxbudget.replay.importers._builder import CallBuilder, block_text
+from ctxbudget.compaction.records import usage_from_record
+from ctxbudget.replay.importers._builder import CallBuilder, block_text, read_usage
 from ctxbudget.replay.importers._lines import LineReader, Record, as_dict, as_int, as_list
 from ctxbudget.replay.trace import Call
 
@@ -33,20 +34,18 @@ def sniff(record: Record) -> bool:
     )
 
 
-def _call(usage: Record, builder: CallBuilder, reply: str | None, model: object) -> Call | None:
-    context = as_int(usage.get("input_tokens"))
-    output = as_int(usage.get("output_tokens"))
-    if context == 0 and output == 0:
-        return None
-    return builder.call(
-        context=context,
-        output=output,
-        reasoning=as_int(usage.get("reasoning_tokens")),
-        cache_read=as_int(usage.get("cache_read_tokens")),
-        cache_write=as_int(usage.get("cache_write_tokens")),
-        reply=reply,
-        model=str(model) if model else None,
-    )
+class _Calls:
+    """Turns usage records into calls; a usage the strict reader rejects skips its line."""
+
+    def __init__(self, reader: LineReader, builder: CallBuilder) -> None:
+        self.reader = reader
+        self.builder = builder
+
+    def call(self, record: Record, lineno: int, reply: str | None, model: object) -> Call | None:
+        usage = read_usage(usage_from_record, record, self.reader, f"line {lineno}")
+        if usage is None or usage.is_zero:
+            return None
+        return self.builder.call(usage=usage, reply=reply, model=str(model) if model else None)
 
 
 def _text(message: Record) -> str:
@@ -58,7 +57,8 @@ def read(reader: LineReader, builder: CallBuilder) -> Iterator[Call]:
     """Calls of an archive, in order."""
     builder.reasoning = "dropped"  # the agent does not send reasoning back (resend_reasoning=False)
     reply: str | None = None  # an assistant message waiting for its usage record
-    for _, record in reader:
+    calls = _Calls(reader, builder)
+    for lineno, record in reader:
         kind = record.get("type")
         if kind in ("header", "session"):
             builder.model = str(record.get("model") or "") or builder.model
@@ -67,7 +67,7 @@ def read(reader: LineReader, builder: CallBuilder) -> Iterator[Call]:
             builder.compacted = True
         elif kind == "usage":
             usage = as_dict(record.get("usage")) or record
-            call = _call(usage, builder, reply, record.get("model"))
+            call = calls.call(usage, lineno, reply, record.get("model"))
             reply = None
             if call is not None:
                 yield call
@@ -76,7 +76,7 @@ def read(reader: LineReader, builder: CallBuilder) -> Iterator[Call]:
             role = str(message.get("role", ""))
             usage = as_dict(message.get("usage"))
             if role == "assistant" and usage:
-                call = _call(usage, builder, _text(message), message.get("model"))
+                call = calls.call(usage, lineno, _text(message), message.get("model"))
                 if call is not None:
                     yield call
             elif role == "assistant":  # its usage follows as a record of its own

@@ -1,5 +1,7 @@
 """mini-swe-agent ``.traj.json``: one call per assistant message with litellm's ``usage``.
 
+litellm reports OpenAI chat usage (DeepSeek's cache fields included), read by `usage_from_any`.
+
 A trajectory is one JSON document, not JSON lines, so it is parsed whole; files above
 `MAX_TRAJECTORY_BYTES` are refused with a clear error instead of exhausting memory (real
 trajectories are well under 10 MB: the 61-call fixture is 328 KB).
@@ -11,14 +13,15 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from ctxbudget.budget.usage import usage_from_any
 from ctxbudget.errors import TraceFormatError
-from ctxbudget.replay.importers._builder import CallBuilder, block_text
+from ctxbudget.replay.importers._builder import CallBuilder, block_text, read_usage
 from ctxbudget.replay.importers._lines import (
     MAX_DEPTH,
+    LineReader,
     Progress,
     Record,
     as_dict,
-    as_int,
     as_list,
     too_deep,
 )
@@ -69,25 +72,24 @@ def _usage(message: Record) -> Record:
     )
 
 
-def read(document: Record, builder: CallBuilder) -> Iterator[Call]:
-    """Calls of a trajectory, in order."""
+def read(document: Record, builder: CallBuilder, skips: LineReader) -> Iterator[Call]:
+    """Calls of a trajectory, in order; a usage the reader rejects skips its message (counted
+    and named in ``skips``)."""
     builder.reasoning = "dropped"  # litellm chat messages carry no reasoning back
     config = as_dict(as_dict(document.get("info")).get("config"))
     model_name = as_dict(config.get("model")).get("model_name")
     if isinstance(model_name, str):
         builder.model = model_name.rsplit("/", 1)[-1]
-    for message in (as_dict(m) for m in as_list(document.get("messages"))):
+    for n, message in enumerate(as_dict(m) for m in as_list(document.get("messages"))):
         role = str(message.get("role", ""))
-        usage = _usage(message)
-        if role == "assistant" and usage:
-            details = as_dict(usage.get("completion_tokens_details"))
-            cached = as_dict(usage.get("prompt_tokens_details")).get("cached_tokens")
+        reported = _usage(message)
+        if role == "assistant" and reported:
+            usage = read_usage(usage_from_any, reported, skips, f"messages[{n}]")
+            if usage is None:
+                continue
             response = as_dict(as_dict(message.get("extra")).get("response"))
             yield builder.call(
-                context=as_int(usage.get("prompt_tokens")),
-                output=as_int(usage.get("completion_tokens")),
-                reasoning=as_int(details.get("reasoning_tokens")),
-                cache_read=as_int(cached or usage.get("prompt_cache_hit_tokens")),
+                usage=usage,
                 reply=block_text(message.get("content"))
                 + block_text(message.get("tool_calls") or ""),
                 model=str(response.get("model") or "") or None,

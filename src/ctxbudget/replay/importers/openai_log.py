@@ -2,7 +2,9 @@
 
 Each request carries the whole conversation; the messages added since the previous call are
 those past the previous request's messages and its reply. A request that is not an extension
-of the previous one means the harness rewrote the history (a compaction).
+of the previous one means the harness rewrote the history (a compaction). Usage is read by
+`usage_from_any` (chat ``prompt_tokens`` already includes the cached part; so does Responses'
+``input_tokens``).
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from ctxbudget.replay.importers._builder import CallBuilder, block_text
-from ctxbudget.replay.importers._lines import LineReader, Record, as_dict, as_int, as_list
+from ctxbudget.budget.usage import usage_from_any
+from ctxbudget.replay.importers._builder import CallBuilder, block_text, read_usage
+from ctxbudget.replay.importers._lines import LineReader, Record, as_dict, as_list
 from ctxbudget.replay.trace import Call
 
 
@@ -38,28 +41,6 @@ def _reply(response: Record) -> str:
     return block_text(as_list(response.get("output")))
 
 
-def _usage(response: Record) -> tuple[int, int, int, int]:
-    """(context, output, reasoning, cache read) from either OpenAI usage shape."""
-    u = as_dict(response.get("usage"))
-    if "prompt_tokens" in u:
-        out = as_dict(u.get("completion_tokens_details"))
-        cached = as_dict(u.get("prompt_tokens_details")).get("cached_tokens")
-        return (
-            as_int(u.get("prompt_tokens")),
-            as_int(u.get("completion_tokens")),
-            as_int(out.get("reasoning_tokens")),
-            as_int(cached),
-        )
-    out = as_dict(u.get("output_tokens_details"))
-    cached = as_dict(u.get("input_tokens_details")).get("cached_tokens")
-    return (
-        as_int(u.get("input_tokens")),
-        as_int(u.get("output_tokens")),
-        as_int(out.get("reasoning_tokens")),
-        as_int(cached),
-    )
-
-
 def read(reader: LineReader, builder: CallBuilder) -> Iterator[Call]:
     """Calls of the log, in order."""
     builder.reasoning = "dropped"  # chat completions do not take reasoning back
@@ -76,15 +57,14 @@ def read(reader: LineReader, builder: CallBuilder) -> Iterator[Call]:
             role = str(as_dict(m).get("role", "user"))
             builder.add(role, _message_text(m), task=role == "user")
         seen = len(messages) + 1  # the reply comes back as the next request's message
-        context, output, reasoning, cached = _usage(response)
-        if context == 0 and output == 0:
+        if response.get("usage") is None:  # no report: the messages count, no call is made
+            continue
+        usage = read_usage(usage_from_any, response["usage"], reader, f"line {lineno}")
+        if usage is None or usage.is_zero:
             continue
         model = response.get("model") or request.get("model")
         yield builder.call(
-            context=context,
-            output=output,
-            reasoning=reasoning,
-            cache_read=cached,
+            usage=usage,
             reply=_reply(response),
             model=str(model) if model else None,
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ctxbudget.messages.usage import Usage
 from ctxbudget.replay.importers._builder import CallBuilder, block_text
 from ctxbudget.replay.importers._lines import LineReader, Record, as_dict, as_int
 from ctxbudget.replay.trace import Call
@@ -21,21 +22,28 @@ def sniff(record: Record) -> bool:
     return record.get("type") == "message" and "role" in message and "parentId" in record
 
 
+def _usage(pi_usage: Record) -> Usage:
+    """Pi's own usage names, mapped here: Pi normalises every provider's report into them, so
+    no provider reader applies. Its ``input`` excludes both cache parts; they are added back."""
+    cache_read = as_int(pi_usage.get("cacheRead"))
+    cache_write = as_int(pi_usage.get("cacheWrite"))
+    return Usage(
+        input_tokens=as_int(pi_usage.get("input")) + cache_read + cache_write,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+        output_tokens=as_int(pi_usage.get("output")),
+    )
+
+
 def _assistant(message: Record, builder: CallBuilder) -> Call | None:
-    usage = as_dict(message.get("usage"))
-    if not usage:
+    pi_usage = as_dict(message.get("usage"))
+    if not pi_usage:
         return None
-    cache_read = as_int(usage.get("cacheRead"))
-    cache_write = as_int(usage.get("cacheWrite"))
-    context = as_int(usage.get("input")) + cache_read + cache_write
-    output = as_int(usage.get("output"))
-    if context == 0 and output == 0:  # aborted replies carry an all-zero usage
+    usage = _usage(pi_usage)
+    if usage.is_zero:  # aborted replies carry an all-zero usage
         return None
     return builder.call(
-        context=context,
-        output=output,
-        cache_read=cache_read,
-        cache_write=cache_write,
+        usage=usage,
         reply=block_text(message.get("content")),
         model=str(message.get("model") or "") or None,
     )
