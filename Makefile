@@ -32,6 +32,7 @@ fuzz: $(VENV)/.dev
 bench: $(VENV)/.dev
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python bench/run_all.py
+	$(BIN)/python bench/collect.py
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache

@@ -70,14 +70,47 @@ def make_text(path: Path, size: int) -> int:
 
 
 def measure(label: str, args: list[str], input_bytes: int = 0) -> Run:
-    """Run ``ctxbudget ARGS`` as a child; its own peak RSS comes from wait4's rusage."""
-    cmd = [sys.executable, "-m", "ctxbudget.cli.main", *args]
-    start = time.perf_counter()
-    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    wall = time.perf_counter() - start
-    return Run(label, tuple(args), input_bytes, usage.ru_maxrss, wall, child.returncode)
+    """Run ``ctxbudget ARGS`` as a child and measure its own peak RSS."""
+    return measure_command(label, ["-m", "ctxbudget.cli.main", *args], input_bytes)
+
+
+# A child's ru_maxrss also counts the pages it shared with its parent before exec (subprocess
+# forks or vforks), so under pytest (a 50 MB parent) every small child read as 50 MB. The child
+# reports its own high-water mark after exec (VmHWM, Linux) instead; elsewhere ru_maxrss stays.
+PEAK_WRAPPER = """
+import atexit, runpy, sys
+def report(out=sys.argv[1]):
+    try:
+        with open("/proc/self/status") as f:
+            kb = next(line.split()[1] for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return
+    with open(out, "w") as f:
+        f.write(kb)
+atexit.register(report)
+kind, target, *rest = sys.argv[2:]
+if kind == "-m":
+    sys.argv = [target, *rest]
+    runpy.run_module(target, run_name="__main__", alter_sys=True)
+else:
+    sys.argv = ["-c", *rest]
+    exec(compile(target, "<string>", "exec"), {"__name__": "__main__"})
+"""
+
+
+def measure_command(label: str, args: list[str], input_bytes: int = 0) -> Run:
+    """Run ``python ARGS`` (``-m MODULE ...`` or ``-c CODE ...``) as a child; its own peak RSS."""
+    with tempfile.TemporaryDirectory() as tmp:
+        peak_file = Path(tmp) / "peak_kb"
+        cmd = [sys.executable, "-c", PEAK_WRAPPER, str(peak_file), *args]
+        start = time.perf_counter()
+        child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - start
+        reported = peak_file.read_text() if peak_file.exists() else ""
+    peak_kb = int(reported) if reported.isdigit() else usage.ru_maxrss
+    code = os.waitstatus_to_exitcode(status)
+    return Run(label, tuple(args), input_bytes, peak_kb, wall, code)
 
 
 def print_table(runs: list[Run]) -> None:
@@ -112,6 +145,7 @@ def main() -> None:
         runs = [
             measure("replay tiny --json (baseline)", ["replay", str(tiny_session), "--json"], tiny),
             measure("replay BIG --json", ["replay", str(big_session), "--json"], session),
+            measure("replay BIG (table)", ["replay", str(big_session)], session),
             measure("count tiny --json (baseline)", ["count", str(tiny_text), "--json"]),
             measure("count BIG --json", ["count", str(big_text), "--json"], text),
             measure(

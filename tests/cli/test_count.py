@@ -117,3 +117,11 @@ def test_empty_file_counts_zero(tmp_path: Path) -> None:
     path.write_bytes(b"")
     out = json.loads(runner.invoke(count_command, [str(path), "--json"]).output)
     assert out["tokens"] == 0 and out["files"][0]["chars"] == 0
+
+
+def test_a_file_under_one_chunk_is_counted_in_one_piece(tmp_path: Path) -> None:
+    """Estimators round per piece: a small file must not be split, or counts drift by one."""
+    text = "\n".join(f"line {i} of a short file" for i in range(500))
+    path = tmp_path / "small.txt"
+    path.write_text(text, encoding="utf-8")
+    assert [c.text for c in iter_text(str(path))] == [text]

@@ -218,9 +218,13 @@ class Agent:
         )
 
     def _run_tools(self, calls: Sequence[ToolCall]) -> None:
-        answered = {m.tool_call_id for m in self.messages if m.role == "tool"}
+        # Results already in the view after the calling (last) assistant message: a resumed
+        # session must not run them twice. A list, not a set: servers may repeat an empty id.
+        caller = max((i for i, m in enumerate(self.messages) if m.role == "assistant"), default=-1)
+        answered = [m.tool_call_id for m in self.messages[caller + 1 :] if m.role == "tool"]
         for call in calls:
             if call.id in answered:
+                answered.remove(call.id)
                 continue
             if self.tool_executor is None:
                 output = f"error: no tool executor for {call.name!r}"
@@ -268,8 +272,10 @@ class Agent:
             prompt_tokens=exc.prompt_tokens,
             message=_one_line(str(exc)),
         )
-        if exc.limit is not None and exc.limit > 0 and exc.limit != self.window:
-            old, self.window = self.window, exc.limit
+        # Adopt only a smaller window: a larger stated limit says our count was low, not that
+        # the user's chosen window (for cost, say) should grow.
+        if exc.limit is not None and 0 < exc.limit < self.window:
+            old, self.window = self.window, validate_window(exc.limit)
             self.policy = policy_for(self._policy_spec, self.window, self.max_output_tokens)
             if self.archive is not None:
                 self.archive.append_meta({"window": self.window})

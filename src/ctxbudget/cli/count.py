@@ -12,6 +12,7 @@ from rich.table import Table
 from ctxbudget.cli.inputs import iter_text
 from ctxbudget.errors import ConfigError
 from ctxbudget.tokens import TokenCounter, counter_for_model, get_counter, tokenizer_infos
+from ctxbudget.tokens.registry import has_known_family
 from ctxbudget.tokens.select import GENERIC_ESTIMATOR, get_estimator
 
 
@@ -103,11 +104,11 @@ def count_command(
     console = Console()
     console.print(table)
     if counter.kind == "estimate":
-        note = (
-            "an estimate"
-            if counter.name != GENERIC_ESTIMATOR
-            else "an estimate: no public tokenizer"
-        )
+        note = "an estimate"
+        if model and not has_known_family(model):
+            note = f"an estimate: unknown model {model!r}, counted with the generic estimator"
+        elif counter.name == GENERIC_ESTIMATOR:
+            note = "an estimate: this model's tokenizer is not public"
         console.print(f"[yellow]{note}[/yellow]")
 
 

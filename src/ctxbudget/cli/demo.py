@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from ctxbudget.budget.rules import POLICY_NAMES, validate_window
 from ctxbudget.compaction.strategies import STRATEGY_NAMES
 from ctxbudget.errors import ConfigError
 from ctxbudget.providers.mock import MockProvider
-from ctxbudget.providers.scenarios import SCENARIO_NAMES
+from ctxbudget.providers.scenarios import SCENARIO_NAMES, get_scenario
 
 __all__ = ["BudgetView", "default_archive_path", "demo_command", "print_summary"]
 
@@ -32,7 +33,7 @@ __all__ = ["BudgetView", "default_archive_path", "demo_command", "print_summary"
 # fourth). The chat scenario's window is the seed's experiment (1,200, 17 turns).
 DEFAULT_WINDOWS = {"coding": 8192, "chat": 1200}
 DEFAULT_TURNS = {"coding": 16, "chat": 17}
-BAR_WIDTH = 24
+BAR_WIDTH = 20  # the turn line fits 80 columns
 
 
 def default_archive_path(prefix: str = "demo") -> Path:
@@ -66,9 +67,9 @@ class BudgetView:
         d = event.data
         if event.kind == "compaction":
             self.console.print(
-                f"  [magenta]compaction[/magenta] ({d['trigger']}, {d['strategy']}): "
-                f"{d['messages_before']} → {d['messages_after']} messages, "
-                f"{d['tokens_before']:,} → {d['tokens_after']:,} tokens"
+                f"  [magenta]compacted[/magenta] {d['tokens_before']:,} → "
+                f"{d['tokens_after']:,} tokens, {d['messages_before']} → "
+                f"{d['messages_after']} msgs ({d['strategy']}; {d['trigger']})"
             )
         elif event.kind == "overflow":
             self.console.print(f"  [red]overflow[/red]: {d['message']}", markup=True)
@@ -86,8 +87,7 @@ class BudgetView:
         free = max(0, agent.window - reserve - tokens)
         self.console.print(
             f"turn {agent.turn:>3} {budget_bar(floor, conversation, reserve, agent.window)} "
-            f"floor {floor:,} | conversation {conversation:,} | free {free:,} | "
-            f"reserve {reserve:,}"
+            f"floor {floor:,} | conv {conversation:,} | free {free:,} | reserve {reserve:,}"
         )
 
 
@@ -114,16 +114,32 @@ def print_summary(console: Console, summary: SessionSummary) -> None:
         console.print(f"archive: {summary.archive}", soft_wrap=True)
 
 
-def _write_html(archive: str, window: int, html: Path) -> None:
+def _warn_ignored(
+    ctx: click.Context, asked: Mapping[str, Any], chosen: Mapping[str, Any], path: Path
+) -> None:
+    """Say which flags a resumed archive overrides: its own settings win."""
+    for key, value in asked.items():
+        source = ctx.get_parameter_source(key)
+        if source == click.core.ParameterSource.COMMANDLINE and chosen.get(key) != value:
+            click.echo(
+                f"ctxbudget: resuming {path}: its {key} {chosen.get(key)!r} is kept"
+                f" (--{key} {value!r} ignored; use a new --archive to change it)",
+                err=True,
+            )
+
+
+def _write_html(archive: str, window: int, max_output: int, html: Path) -> None:
     from ctxbudget.replay.analyze import replay_file
     from ctxbudget.replay.html import write_html
 
-    write_html(replay_file(archive, "ctxbudget", windows=[window]), html)
+    # The page replays the rule with the demo's own reply limit, so its line is the demo's.
+    params = {"ctxbudget.max_output": max_output}
+    write_html(replay_file(archive, "ctxbudget", windows=[window], params=params), html)
 
 
 @click.command("demo")
 @click.option("--window", type=int, default=None, help="Context window (default: 8192, chat 1200).")
-@click.option("--turns", type=int, default=None, help="User turns to run (default: 12, chat 17).")
+@click.option("--turns", type=int, default=None, help="User turns to reach (default: 16, chat 17).")
 @click.option("--scenario", type=click.Choice(SCENARIO_NAMES), default="coding", show_default=True)
 @click.option("--policy", type=click.Choice(POLICY_NAMES), default="ctxbudget", show_default=True)
 @click.option("--strategy", type=click.Choice(STRATEGY_NAMES), default="layered", show_default=True)
@@ -182,6 +198,7 @@ def demo_command(
         path, settings, warn=lambda t: click.echo(f"ctxbudget: {t}", err=True)
     ) as opened:
         chosen = opened.settings
+        _warn_ignored(click.get_current_context(), settings, chosen, path)
         provider = MockProvider(chosen["scenario"], seed=chosen["seed"], delay=step_delay)
         scene = provider.scenario
         assert scene is not None
@@ -202,6 +219,12 @@ def demo_command(
         want = turns or DEFAULT_TURNS[chosen["scenario"]]
         if opened.resumed:
             console.print(f"resuming {path} at turn {agent.turn} of {want}")
+            if want <= agent.turn:
+                click.echo(
+                    f"ctxbudget: {path} is already at turn {agent.turn}; --turns is the total"
+                    " to reach, so nothing more runs",
+                    err=True,
+                )
         agent.check_floor()
         if agent.pending():
             agent.finish_turn()
@@ -215,6 +238,6 @@ def demo_command(
     else:
         print_summary(console, summary)
     if html is not None:
-        _write_html(str(path), summary.window, html)
+        _write_html(str(path), summary.window, get_scenario(chosen["scenario"]).max_output, html)
         if not as_json:
             console.print(f"page: {html}")

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ctxbudget.cli.inputs import iter_text
-from ctxbudget.tokens import get_counter
+from ctxbudget.tokens import get_tokenizer
 from ctxbudget.tokens.calibrated import ESTIMATORS
 
 DEFAULT_REFERENCE = "cl100k_base"
@@ -22,18 +22,18 @@ def sample_text() -> str:
     return resources.files("ctxbudget.data").joinpath("sample.txt").read_text("utf-8")
 
 
-def read_inputs(sources: tuple[str, ...]) -> str:
-    """The texts of ``sources`` (paths or ``-``) joined; none and a terminal: the sample."""
+def read_inputs(sources: tuple[str, ...]) -> tuple[str, bool]:
+    """The texts of ``sources`` (paths or ``-``) joined, and whether it is the packaged sample:
+    with no PATH, stdin is read unless it is a terminal or empty."""
     if not sources:
-        if sys.stdin.isatty():
-            return sample_text()
-        sources = ("-",)
-    return "".join(chunk.text for source in sources for chunk in iter_text(source))
+        piped = "" if sys.stdin.isatty() else "".join(c.text for c in iter_text("-"))
+        return (piped, False) if piped else (sample_text(), True)
+    return "".join(chunk.text for source in sources for chunk in iter_text(source)), False
 
 
 def compare(text: str, reference: str) -> dict[str, object]:
     """The comparison in the JSON shape of the issue (a contract)."""
-    exact = get_counter(reference).count(text)
+    exact = get_tokenizer(reference).count(text)
     rows = []
     for name, function in ESTIMATORS.items():
         tokens = function(text)
@@ -82,10 +82,11 @@ def estimators_command(paths: tuple[str, ...], reference: str, as_json: bool) ->
       ctxbudget estimators notes.md --reference qwen3
       cat prompt.txt | ctxbudget estimators - --json
     """
-    text = read_inputs(paths)
+    text, is_sample = read_inputs(paths)
     result = compare(text, reference)
     if as_json:
-        click.echo(json.dumps(result, ensure_ascii=False))
+        click.echo(json.dumps({**result, "sample": is_sample}, ensure_ascii=False))
     else:
         Console().print(_table(result))
-        click.echo(f"{result['chars']} characters")
+        source = " (the packaged sample: pass a PATH or pipe text)" if is_sample else ""
+        click.echo(f"{result['chars']:,} characters{source}")

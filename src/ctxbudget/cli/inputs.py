@@ -91,6 +91,8 @@ def iter_text(source: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[TextChunk
                 if pending or offset == 0:
                     yield TextChunk(pending, pending_bytes)
                 return
+            if len(pending) < chunk_bytes:
+                continue  # a file that fits one chunk is counted in one piece
             cut = _safe_cut(pending)
             if cut <= 0 and len(pending) > MAX_PENDING_CHARS:
                 # One enormous line: cut before a space that starts a word ("x| y"), which

@@ -25,7 +25,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="ctxbudget")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 @click.pass_context
@@ -48,6 +48,9 @@ def _register() -> None:
     for module_name, attribute in COMMANDS:
         module = importlib.import_module(module_name)
         command = getattr(module, attribute)
+        if command.short_help is None and command.help:
+            # The docstring's whole first line, not click's 45-character cut.
+            command.short_help = command.help.strip().splitlines()[0].rstrip(".")
         cli.add_command(command)
 
 
@@ -58,6 +61,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Run the CLI: a ``CtxbudgetError`` becomes one line on stderr and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("CTXBUDGET_DEBUG") == "1"
+    if "--debug" in args:  # accepted anywhere on the line, not only before the command
+        args = ["--debug", *(a for a in args if a != "--debug")]
     try:
         cli.main(args=args, prog_name="ctxbudget", standalone_mode=False)
     except click.exceptions.Abort:
@@ -65,7 +70,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(130)
     except click.ClickException as exc:
         message = exc.format_message().splitlines()[0] if exc.format_message() else str(exc)
-        click.echo(f"ctxbudget: {message} (see ctxbudget --help)", err=True)
+        command = next((a for a in args if a in cli.commands), None)
+        where = f"ctxbudget {command} --help" if command else "ctxbudget --help"
+        click.echo(f"ctxbudget: {message} (see {where})", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from typing import Any
@@ -13,8 +12,10 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 from rich.table import Table
 
 from ctxbudget.errors import ConfigError
-from ctxbudget.replay.analyze import ReplayResult, replay_file, result_json
+from ctxbudget.replay.analyze import ReplayResult, replay_file, write_json
+from ctxbudget.replay.replay import WindowReplay
 from ctxbudget.replay.trace import FORMATS
+from ctxbudget.replay.windows import suggest_window
 
 _PROGRESS_MIN_BYTES = 20 * 2**20  # below this a file is read before a bar would show
 
@@ -47,13 +48,18 @@ def _run(
     windows: tuple[int, ...],
     rules: tuple[str, ...],
     params: dict[str, Any],
+    previews: bool,
 ) -> ReplayResult:
     console = Console(stderr=True)
     size = _size(path)
+    options: dict[str, Any] = {
+        "windows": windows or None,
+        "policies": rules or None,
+        "params": params,
+        "previews": previews,  # message previews are only shown by the HTML page
+    }
     if size < _PROGRESS_MIN_BYTES or not console.is_terminal:
-        return replay_file(
-            path, fmt, windows=windows or None, policies=rules or None, params=params
-        )
+        return replay_file(path, fmt, **options)
     columns = (
         "[progress.description]{task.description}",
         BarColumn(),
@@ -63,12 +69,7 @@ def _run(
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("reading", total=size)
         return replay_file(
-            path,
-            fmt,
-            windows=windows or None,
-            policies=rules or None,
-            params=params,
-            progress=lambda done, total: bar.update(task, completed=done),
+            path, fmt, progress=lambda done, total: bar.update(task, completed=done), **options
         )
 
 
@@ -81,49 +82,129 @@ def _size(path: str) -> int:
         return 0
 
 
+# Short names keep the rules table inside 80 columns.
+_CHECKPOINTS = {"before_request": "before", "after_step": "after", "task_end": "task end"}
+_SOURCES = {"given": "given with --window", "recorded": "recorded in the trace"}
+
+
+def _checks(checked: tuple[str, ...]) -> str:
+    return "/".join(_CHECKPOINTS.get(c, c) for c in checked)
+
+
+def _call(index: int | None) -> str:
+    return "never" if index is None else f"call {index:,}"
+
+
+def _header(result: ReplayResult) -> str:
+    t = result.trace
+    sizes = ", ".join(f"{w.window:,}" for w in result.windows)
+    source = _SOURCES.get(result.window_source, result.window_source)
+    skipped = f", {t.skipped_lines:,} skipped lines" if t.skipped_lines else ""
+    return (
+        f"[bold]{t.format}[/] {t.model or 'unknown model'}: {len(t.calls):,} calls, "
+        f"peak context {_peak(result):,}{skipped}\n"
+        f"window{'s' if len(result.windows) > 1 else ''} {sizes} ({source})"
+    )
+
+
+def _peak(result: ReplayResult) -> int:
+    return max((c.context_tokens for c in result.trace.calls), default=0)
+
+
+def _reads_total(w: WindowReplay) -> bool:
+    return any(p.first_trigger_reading_total != p.first_trigger for p in w.policies)
+
+
+def _rules_table(w: WindowReplay) -> Table:
+    reads_total = _reads_total(w)
+    wall = "the wall is never hit" if w.wall is None else f"wall at call {w.wall:,}"
+    table = Table(title=f"window {w.window:,}: {wall}")
+    table.add_column("rule", no_wrap=True, min_width=max(len(p.name) for p in w.policies))
+    table.add_column("checks", no_wrap=True)
+    table.add_column("threshold", justify="right", no_wrap=True)
+    table.add_column("fires", justify="right", no_wrap=True)
+    table.add_column("late", no_wrap=True)
+    if reads_total:
+        table.add_column("reads total", justify="right", no_wrap=True)
+    for p in w.policies:
+        row = [
+            p.name,
+            _checks(p.checked),
+            f"{p.threshold:,}",
+            _call(p.first_trigger),
+            "[bold red]✗ late[/]" if p.late else "no",
+        ]
+        if reads_total:
+            row.append(_call(p.first_trigger_reading_total))
+        table.add_row(*row)
+    return table
+
+
+def _rules_notes(result: ReplayResult) -> list[str]:
+    # One short line each: a note wrapped by an 80-column terminal reads badly.
+    notes = [
+        "checks: before each request / after each step / task end: when a user task ends",
+        "fires: the first call before which the rule would compact",
+        "late: ✗ = fires after the wall (the first call whose context + output > window)",
+        "      or never fires although the wall is hit",
+    ]
+    if any(_reads_total(w) for w in result.windows):
+        notes += [
+            "reads total: where the rule would fire if it read the reported total",
+            "             incl. reasoning that was not sent back",
+        ]
+    return notes
+
+
+def _estimators_table(result: ReplayResult) -> Table:
+    table = Table(title="estimators: abs error % of the reported context")
+    table.add_column("estimator", no_wrap=True)
+    for col in ("median", "p95", "naive median", "naive p95"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for e in result.estimators:
+        values = (
+            e.median_abs_error_pct,
+            e.p95_abs_error_pct,
+            e.naive_median_abs_error_pct,
+            e.naive_p95_abs_error_pct,
+        )
+        table.add_row(e.name, *("-" if v is None else f"{v:.2f}" for v in values))
+    return table
+
+
+def _quiet(result: ReplayResult) -> bool:
+    """True when no window hits the wall and no rule fires: the replay shows nothing."""
+    return all(
+        w.wall is None and all(p.first_trigger is None for p in w.policies)
+        for w in result.windows
+    )
+
+
+_ESTIMATOR_NOTES = (
+    "median, p95: usage-first (last reported usage + estimate of the added messages)",
+    "naive: the estimator over the messages only (no usage, no system/tools floor)",
+)
+
+
+def _hint(peak: int, windows: int) -> str:
+    these = "these windows" if windows > 1 else "this window"
+    size = suggest_window(peak)
+    fill = f" (the peak context {peak:,} fills {100 * peak / size:.0f}% of it)" if peak else ""
+    return f"no rule fires at {these}: try --window {size}{fill}"
+
+
 def _table(result: ReplayResult) -> None:
     console = Console()
-    t = result.trace
-    console.print(
-        f"[bold]{t.format}[/] {t.model or 'unknown model'}: {len(t.calls)} calls, "
-        f"peak context {max(c.context_tokens for c in t.calls):,}, "
-        f"{t.skipped_lines} skipped lines; window {result.window_source}"
-    )
+    console.print(_header(result))
     for w in result.windows:
-        table = Table(
-            title=f"window {w.window:,}: wall at call {w.wall}"
-            if w.wall is not None
-            else f"window {w.window:,}: the wall is never hit"
-        )
-        for col in ("rule", "checked", "threshold", "first trigger", "late", "reading total"):
-            table.add_column(col)
-        for p in w.policies:
-            table.add_row(
-                p.name,
-                ", ".join(p.checked),
-                f"{p.threshold:,}",
-                "never" if p.first_trigger is None else str(p.first_trigger),
-                "LATE" if p.late else "",
-                str(p.first_trigger_reading_total),
-            )
-        console.print(table)
-    acc = Table(title="estimators: abs error % of the reported context")
-    for col in ("estimator", "usage-first median", "p95", "naive median", "naive p95"):
-        acc.add_column(col, justify="right")
-    for e in result.estimators:
-        acc.add_row(
-            e.name,
-            *(
-                ("-" if v is None else f"{v:.2f}")
-                for v in (
-                    e.median_abs_error_pct,
-                    e.p95_abs_error_pct,
-                    e.naive_median_abs_error_pct,
-                    e.naive_p95_abs_error_pct,
-                )
-            ),
-        )
-    console.print(acc)
+        console.print(_rules_table(w))
+    for note in _rules_notes(result):
+        console.print(note, style="dim", highlight=False)
+    if _quiet(result):
+        console.print(_hint(_peak(result), len(result.windows)), style="yellow", highlight=False)
+    console.print(_estimators_table(result))
+    for note in _ESTIMATOR_NOTES:
+        console.print(note, style="dim", highlight=False)
     if result.pitfall:
         worst = max(result.pitfall, key=lambda p: p.unresent_reasoning)
         console.print(
@@ -171,16 +252,18 @@ def replay_command(
     """
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s", stream=sys.stderr)
     params = dict(_param(p) for p in param_texts)
-    result = _run(file, fmt, windows, rules, params)
+    result = _run(file, fmt, windows, rules, params, previews=bool(html_path))
     if plot_path:
         from ctxbudget.replay.plot import write_plot
 
         write_plot(result, plot_path)
+        click.echo(f"plot: {plot_path}", err=True)
     if html_path:
         from ctxbudget.replay.html import write_html
 
         write_html(result, html_path)
+        click.echo(f"page: {html_path}", err=True)
     if as_json:
-        click.echo(json.dumps(result_json(result), indent=2))
+        write_json(result, sys.stdout)  # streamed call by call: a huge session stays small
     else:
         _table(result)

@@ -3,39 +3,21 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from ctxbudget.cli.inputs import read_text
 from ctxbudget.counting import RequestCount, count_request
-from ctxbudget.errors import ConfigError, InputError
+from ctxbudget.counting.select import counter_name_for_model
+from ctxbudget.errors import ConfigError
 from ctxbudget.messages.detect import parse_request_json
 from ctxbudget.messages.model import Request
-from ctxbudget.tokens.registry import tokenizer_for_model
 from ctxbudget.tokens.select import GENERIC_ESTIMATOR
 
 BAR_WIDTH = 30
-
-
-def _read(source: str) -> str:
-    try:
-        if source == "-":
-            return sys.stdin.read()
-        return Path(source).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{source}: cannot read ({type(exc).__name__}: {exc})") from None
-
-
-def counter_name_for_model(model: str) -> str:
-    """The counter for a model name; Qwen2/2.5 models keep their own template name."""
-    kind, name = tokenizer_for_model(model)
-    if kind == "tokenizer" and model.strip().lower().rsplit("/", 1)[-1].startswith("qwen2"):
-        return "qwen2.5"
-    return name
 
 
 def choose_counter_name(tokenizer: str | None, model: str | None, request: Request) -> str:
@@ -93,7 +75,7 @@ def request_command(source: str, tokenizer: str | None, model: str | None, as_js
       ctxbudget request body.json --tokenizer qwen3
       cat body.json | ctxbudget request - --model gpt-4o --json
     """
-    request = parse_request_json(_read(source), source)
+    request = parse_request_json(read_text(source), source)
     name = choose_counter_name(tokenizer, model, request)
     count = count_request(request, name, model=model or request.model)
     if as_json:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ctxbudget.counting.result import RequestCount
 from ctxbudget.counting.scheme import NO_PIVOT, Scheme
-from ctxbudget.counting.select import choose_scheme
+from ctxbudget.counting.select import choose_scheme, counter_name_for_model
 from ctxbudget.counting.template_count import TemplateScheme
 from ctxbudget.messages.model import Message, Request, ToolSpec
 from ctxbudget.tokens.base import CounterKind, TokenCounter
@@ -60,7 +60,7 @@ def count_with(scheme: Scheme | TemplateScheme, request: Request) -> RequestCoun
 
 def count_request(
     request: Request,
-    counter: str | TokenCounter = "qwen3",
+    counter: str | TokenCounter | None = None,
     *,
     model: str | None = None,
     template: str | None = None,
@@ -68,10 +68,15 @@ def count_request(
     """Tokens of the whole rendered request, with ``system + tools + messages == total``.
 
     ``counter`` is a tokenizer name (``qwen3``, ``qwen2.5``, ``qwen3.6``, ``cl100k_base``,
-    ``o200k_base``, ``hf:PATH``) or an estimator name; ``template`` overrides the template the
-    name implies; ``model`` tunes the estimate rules (Claude's tool-use prompt).
+    ``o200k_base``, ``hf:PATH``) or an estimator name; by default it follows ``model`` (or the
+    request's model): the model's own tokenizer where it is public, else the generic estimate.
+    ``template`` overrides the template the name implies; ``model`` also tunes the estimate
+    rules (Claude's tool-use prompt).
     """
-    scheme = choose_scheme(counter, template=template, model=model or request.model)
+    chosen_model = model or request.model
+    if counter is None:
+        counter = counter_name_for_model(chosen_model)
+    scheme = choose_scheme(counter, template=template, model=chosen_model)
     return count_with(scheme, request)
 
 
@@ -98,15 +103,24 @@ class RequestCounter:
         self._counts: list[int] = []
         self._approx: list[bool] = []
         self._cache: dict[tuple[int, Hashable], tuple[Message, int, bool]] = {}
+        self._high = 0
+        """The most messages a counted request has held: the cache keeps at least that many."""
+        self._last: tuple[Request, RequestCount] | None = None
 
     def count(self, request: Request) -> RequestCount:
         """The count of ``request``, equal to ``count_request`` with the same counter."""
+        last = self._last
+        if last is not None and _same_request(last[0], request):
+            return last[1]  # a loop often counts one request several times: before, at send
         scheme = self._scheme
         if isinstance(scheme, TemplateScheme):
-            return scheme.count(request)
-        self._update_head(scheme, request)
-        self._update_messages(scheme, request.messages)
-        return _assemble(scheme, self._head, self._counts, True in self._approx)
+            result = scheme.count(request)
+        else:
+            self._update_head(scheme, request)
+            self._update_messages(scheme, request.messages)
+            result = _assemble(scheme, self._head, self._counts, True in self._approx)
+        self._last = (request, result)
+        return result
 
     def _update_head(self, scheme: Scheme, request: Request) -> None:
         key = (request.system, request.tools)
@@ -144,9 +158,21 @@ class RequestCounter:
 
     def _prune(self) -> None:
         # Entries hold their message, so ids stay unique; drop those of messages long gone.
-        if len(self._cache) > 2 * len(self._messages) + 64:
+        # The limit follows the largest request seen, so counting small side requests (one
+        # message at a time, as compaction does) does not wipe the conversation's entries.
+        self._high = max(self._high, len(self._messages))
+        if len(self._cache) > 2 * self._high + 64:
             live = {id(m) for m in self._messages}
             self._cache = {k: v for k, v in self._cache.items() if k[0] in live}
+
+
+def _same_request(a: Request, b: Request) -> bool:
+    """True when ``b`` renders as ``a`` did: the same messages tuple, system and tools."""
+    return a is b or (
+        a.messages is b.messages
+        and a.system == b.system
+        and (a.tools is b.tools or a.tools == b.tools)
+    )
 
 
 def _common_prefix(old: tuple[Any, ...], new: tuple[Any, ...]) -> int:

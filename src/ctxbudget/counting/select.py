@@ -10,14 +10,25 @@ from ctxbudget.counting.scheme import Scheme
 from ctxbudget.counting.template_count import TemplateScheme
 from ctxbudget.errors import UnknownNameError
 from ctxbudget.tokens.base import TokenCounter
-from ctxbudget.tokens.registry import HF_PREFIX, ExactTokenizer, get_tokenizer
-from ctxbudget.tokens.select import get_counter
+from ctxbudget.tokens.registry import HF_PREFIX, ExactTokenizer, get_tokenizer, tokenizer_for_model
+from ctxbudget.tokens.select import GENERIC_ESTIMATOR, get_counter
 
 TEMPLATES = ("qwen3", "qwen2.5", "qwen3.5", "openai", "estimate")
 """Template names ``template=`` accepts; ``hf:PATH`` names a model folder's own template."""
 
 _QWEN25_NAMES = frozenset({"qwen2", "qwen2.5"})
 _QWEN36_NAMES = frozenset({"qwen3.6", "qwen3.5"})
+
+
+def counter_name_for_model(model: str | None) -> str:
+    """The counter for a model name (Qwen2/2.5 models keep their own template's name); the
+    generic estimator for a model without a public tokenizer, or no model at all."""
+    if not model:
+        return GENERIC_ESTIMATOR
+    kind, name = tokenizer_for_model(model)
+    if kind == "tokenizer" and model.strip().lower().rsplit("/", 1)[-1].startswith("qwen2"):
+        return "qwen2.5"
+    return name
 
 
 def _default_template(requested: str, counter: TokenCounter) -> str:

@@ -9,12 +9,13 @@ from ctxbudget.replay.analyze import (
     replay_file,
     replay_trace,
     result_json,
+    write_json,
 )
 from ctxbudget.replay.html import render_html, write_html
 from ctxbudget.replay.importers import detect_format, iter_calls, load_trace
 from ctxbudget.replay.plot import write_plot
 from ctxbudget.replay.replay import PitfallCall, PolicyReplay, WindowReplay
-from ctxbudget.replay.trace import FORMATS, Call, Trace, TraceMessage
+from ctxbudget.replay.trace import FORMATS, Call, CallTable, Trace, TraceMessage
 from ctxbudget.replay.windows import KNOWN_WINDOWS, known_window
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "FORMATS",
     "KNOWN_WINDOWS",
     "Call",
+    "CallTable",
     "EstimatorAccuracy",
     "PitfallCall",
     "PolicyReplay",
@@ -38,5 +40,6 @@ __all__ = [
     "replay_trace",
     "result_json",
     "write_html",
+    "write_json",
     "write_plot",
 ]

@@ -35,3 +35,19 @@ def known_window(model: str | None) -> int | None:
     name = model.lower().rsplit("/", 1)[-1]
     matches = [p for p in KNOWN_WINDOWS if name.startswith(p)]
     return KNOWN_WINDOWS[max(matches, key=len)] if matches else None
+
+
+# A window the peak fills to 85-90%: rules that keep a reserve of 10-15% (codex at 90%, opencode's
+# 32,000 of ~250K) fire near the end, the wall stays out of reach, and the curve uses the plot.
+_FILL_LOW, _FILL_HIGH = 85, 90
+
+
+def suggest_window(peak: int) -> int:
+    """A round window that ``peak`` tokens fill to 85-90% (the roundest such number)."""
+    low = max(1, -(-peak * 100 // _FILL_HIGH))  # ceil(peak / 0.90)
+    high = peak * 100 // _FILL_LOW  # floor(peak / 0.85)
+    for step in sorted((m * 10**k for k in range(13) for m in (1, 2, 5)), reverse=True):
+        candidate = -(-low // step) * step
+        if candidate <= high:
+            return candidate
+    return low  # a peak under 7 tokens: no integer lies in the band

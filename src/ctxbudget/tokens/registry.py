@@ -386,6 +386,12 @@ MODEL_PREFIXES: dict[str, str] = {
 NO_PUBLIC_TOKENIZER = ("claude", "gemini", "deepseek", "glm", "grok", "mistral", "kimi")
 
 
+def has_known_family(model: str) -> bool:
+    """True when ``model`` is in the table, or of a family known to keep its tokenizer private."""
+    key = model.strip().lower().rsplit("/", 1)[-1]
+    return tokenizer_for_model(model)[0] == "tokenizer" or key.startswith(NO_PUBLIC_TOKENIZER)
+
+
 def tokenizer_for_model(model: str) -> ModelMatch:
     """``("tokenizer", name)`` for a model with a public tokenizer, else the generic estimator.
 

@@ -12,19 +12,27 @@ from ctxbudget.replay.importers._lines import LineReader
 from ctxbudget.replay.trace import Call, ReasoningResend, TraceMessage
 
 _MAX_WHY = 200  # a rejected value is quoted in the warning; a huge one is cut
+MAX_TOKENS = 2**63 - 1
+"""Replay keeps counts as 8-byte integers (`CallTable`); a larger one is no real usage report."""
 
 
 def read_usage(
     read: Callable[[object], Usage], value: object, reader: LineReader, where: str
 ) -> Usage | None:
-    """``read(value)`` (a `ctxbudget.budget.usage` reader); when it rejects the usage, the record
-    is skipped with a warning naming ``where`` (e.g. "line 12") and None comes back."""
+    """``read(value)`` (a `ctxbudget.budget.usage` reader, or a harness's own mapping); when it
+    rejects the usage, the record is skipped with a warning naming ``where`` (e.g. "line 12")
+    and None comes back."""
     try:
-        return read(value)
+        usage = read(value)
     except MessageFormatError as e:
         why = str(e)
         reader.skip_at(where, why if len(why) <= _MAX_WHY else why[:_MAX_WHY] + "...")
         return None
+    counts = (usage.input_tokens, usage.output_tokens, usage.reasoning_tokens)
+    if max(*counts, usage.cache_read_tokens, usage.cache_write_tokens) > MAX_TOKENS:
+        reader.skip_at(where, f"usage: a token count above {MAX_TOKENS}")
+        return None
+    return usage
 
 
 def block_text(block: Any) -> str:

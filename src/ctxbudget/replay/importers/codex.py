@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ctxbudget.messages.usage import Usage
-from ctxbudget.replay.importers._builder import CallBuilder, block_text
+from ctxbudget.replay.importers._builder import CallBuilder, block_text, read_usage
 from ctxbudget.replay.importers._lines import LineReader, Record, as_dict, as_int
 from ctxbudget.replay.trace import Call
 
@@ -44,10 +44,11 @@ def _item(payload: Record, builder: CallBuilder, reply: list[str]) -> None:
         builder.add("tool", block_text(payload.get("output") or payload.get("content")))
 
 
-def _usage(last: Record) -> Usage:
+def _usage(value: object) -> Usage:
     """Codex's own ``TokenUsage`` names, mapped here: no provider reader knows them. Its
     ``input_tokens`` already includes ``cached_input_tokens`` and ``output_tokens`` includes
     ``reasoning_output_tokens`` (the Responses API's convention), so nothing is added up."""
+    last = as_dict(value)
     return Usage(
         input_tokens=as_int(last.get("input_tokens")),
         cache_read_tokens=as_int(last.get("cached_input_tokens")),
@@ -61,7 +62,7 @@ def read(reader: LineReader, builder: CallBuilder) -> Iterator[Call]:
     builder.reasoning = "dropped_between_tasks"
     last_total: Record | None = None
     reply: list[str] = []
-    for _, record in reader:
+    for lineno, record in reader:
         payload = as_dict(record.get("payload"))
         kind = record.get("type")
         if kind == "turn_context" and payload.get("model"):
@@ -80,5 +81,7 @@ def read(reader: LineReader, builder: CallBuilder) -> Iterator[Call]:
                 continue
             last_total = total
             builder.window = as_int(info.get("model_context_window")) or builder.window
-            yield builder.call(usage=_usage(last), reply="".join(reply))
+            usage = read_usage(_usage, last, reader, f"line {lineno}")
+            if usage is not None:
+                yield builder.call(usage=usage, reply="".join(reply))
             reply = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ctxbudget.messages.usage import Usage
-from ctxbudget.replay.importers._builder import CallBuilder, block_text
+from ctxbudget.replay.importers._builder import CallBuilder, block_text, read_usage
 from ctxbudget.replay.importers._lines import LineReader, Record, as_dict, as_int
 from ctxbudget.replay.trace import Call
 
@@ -22,9 +22,10 @@ def sniff(record: Record) -> bool:
     return record.get("type") == "message" and "role" in message and "parentId" in record
 
 
-def _usage(pi_usage: Record) -> Usage:
+def _usage(value: object) -> Usage:
     """Pi's own usage names, mapped here: Pi normalises every provider's report into them, so
     no provider reader applies. Its ``input`` excludes both cache parts; they are added back."""
+    pi_usage = as_dict(value)
     cache_read = as_int(pi_usage.get("cacheRead"))
     cache_write = as_int(pi_usage.get("cacheWrite"))
     return Usage(
@@ -35,12 +36,14 @@ def _usage(pi_usage: Record) -> Usage:
     )
 
 
-def _assistant(message: Record, builder: CallBuilder) -> Call | None:
+def _assistant(
+    message: Record, builder: CallBuilder, reader: LineReader, lineno: int
+) -> Call | None:
     pi_usage = as_dict(message.get("usage"))
     if not pi_usage:
         return None
-    usage = _usage(pi_usage)
-    if usage.is_zero:  # aborted replies carry an all-zero usage
+    usage = read_usage(_usage, pi_usage, reader, f"line {lineno}")
+    if usage is None or usage.is_zero:  # aborted replies carry an all-zero usage
         return None
     return builder.call(
         usage=usage,
@@ -52,7 +55,7 @@ def _assistant(message: Record, builder: CallBuilder) -> Call | None:
 def read(reader: LineReader, builder: CallBuilder) -> Iterator[Call]:
     """Calls of a Pi session, in order."""
     builder.reasoning = "unknown"  # thinking is not reported apart from output
-    for _, record in reader:
+    for lineno, record in reader:
         kind = record.get("type")
         if kind == "model_change" and record.get("model"):
             builder.model = str(record["model"]).rsplit("/", 1)[-1]
@@ -64,7 +67,7 @@ def read(reader: LineReader, builder: CallBuilder) -> Iterator[Call]:
             message = as_dict(record.get("message"))
             role = str(message.get("role", ""))
             if role == "assistant":
-                call = _assistant(message, builder)
+                call = _assistant(message, builder, reader, lineno)
                 if call is not None:
                     yield call
             elif role:
