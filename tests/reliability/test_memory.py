@@ -74,8 +74,6 @@ def test_replay_table_keeps_no_message_text(bench: ModuleType, sessions: tuple[P
     assert growth_mb(bench, ["replay"], tiny, big) < REPLAY_BOUND_MB
 
 
-def test_replay_json_streams_and_stays_flat(
-    bench: ModuleType, sessions: tuple[Path, Path]
-) -> None:
+def test_replay_json_streams_and_stays_flat(bench: ModuleType, sessions: tuple[Path, Path]) -> None:
     tiny, big = sessions
     assert growth_mb(bench, ["replay", "--json"], tiny, big) < REPLAY_BOUND_MB

@@ -85,3 +85,18 @@ def test_bad_arguments_are_ctxbudget_errors(args: list[str], message: str) -> No
     result = CliRunner().invoke(replay_command, [str(shared_trace("pi")), *args])
     assert isinstance(result.exception, CtxbudgetError)
     assert message in str(result.exception)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_plot_draws_every_window(tmp_path: Path) -> None:
+    one, two = tmp_path / "one.png", tmp_path / "two.png"
+    trace = str(shared_trace("codex"))
+    run(trace, "--window", "60000", "--plot", str(one))
+    run(trace, "--window", "60000", "--window", "30000", "--plot", str(two))
+    (w1, h1), (w2, h2) = png_size(one), png_size(two)
+    assert w2 > 1.4 * w1 and h2 == h1  # a second column of panels, same rows

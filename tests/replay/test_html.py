@@ -152,3 +152,76 @@ def test_hostile_trace_text_runs_no_script(
         "return Array.from(document.querySelectorAll('svg title')).map(t => t.textContent)"
     )
     assert any(PAYLOADS[0] in t for t in titles)
+
+
+def summary_rows(browser: Any) -> list[list[str]]:
+    rows = browser.find_elements("css selector", "#summary-rows tr")
+    return [[td.text for td in row.find_elements("css selector", "td")] for row in rows]
+
+
+@pytest.mark.browser
+def test_every_replayed_window_is_reachable(browser: Any, tmp_path: Path) -> None:
+    result = replay_file(shared_trace("pi"), windows=[380_000, 100_000, 30_000], estimators=EST)
+    open_page(browser, write_html(result, tmp_path / "windows.html"))
+    buttons = browser.find_elements("css selector", "#window-choices button")
+    assert [b.text for b in buttons] == [f"{w.window:,}" for w in result.windows]
+    for button, replayed in zip(buttons, result.windows, strict=True):
+        button.click()
+        assert browser.find_element("id", "window-input").get_attribute("value") == (
+            f"{replayed.window:,}"
+        )
+        wall = browser.find_element("id", "wall-info").text
+        assert wall == (
+            "wall: never hit" if replayed.wall is None else f"wall: call {replayed.wall:,}"
+        )
+        shown = summary_rows(browser)
+        for row, p in zip(shown, replayed.policies, strict=True):
+            fires = "never" if p.first_trigger is None else f"call {p.first_trigger:,}"
+            assert row[0] == p.name
+            assert row[2:] == [f"{p.threshold:,}", fires, "✗ late" if p.late else "no"]
+
+
+@pytest.mark.browser
+def test_page_reads_like_a_report(browser: Any, tmp_path: Path) -> None:
+    from ctxbudget.budget.rules import default_compaction_reserve, default_max_output
+
+    result = replay_file(shared_trace("pi"), windows=[380_000], estimators=EST)
+    open_page(browser, write_html(result, tmp_path / "report.html"))
+    body = browser.find_element("tag name", "body").text
+    assert "first_trigger=" not in body and "null" not in body
+    assert "context per call" in body and "first trigger" in body  # the legend
+    badge_el = browser.find_element("id", "selfcheck")
+    assert "compared with the Python results" in badge_el.get_attribute("title")
+    max_output = browser.find_element("id", "param-ctxbudget-max_output")
+    assert max_output.get_attribute("placeholder") == f"default {default_max_output(380_000):,}"
+    reserve = browser.find_element("id", "param-ctxbudget-compaction_reserve")
+    assert reserve.get_attribute("placeholder") == (
+        f"default {default_compaction_reserve(380_000):,}"
+    )
+    assert browser.find_element("id", "param-pi-reserve_tokens").get_attribute("value") == (
+        f"{result.policies[1].parameters()['reserve_tokens']:,}"
+    )
+    svg = browser.find_element("css selector", "svg.panel")
+    assert svg.get_dom_attribute("viewBox") and svg.get_dom_attribute("width") == "100%"
+    ticks = browser.execute_script(
+        "return Array.from(document.querySelectorAll('svg.panel')[0]"
+        ".querySelectorAll('text.tick')).map(t => t.textContent)"
+    )
+    assert "0" in ticks and any("," in t for t in ticks)  # y labels like 100,000
+    assert str(len(result.trace.calls) // 2 // 50 * 50) in ticks  # x axis: call indexes
+
+
+@pytest.mark.browser
+def test_typed_numbers_accept_separators(browser: Any, tmp_path: Path) -> None:
+    result = replay_file(shared_trace("pi"), windows=[380_000], estimators=EST)
+    open_page(browser, write_html(result, tmp_path / "typed.html"))
+    box = browser.find_element("id", "window-input")
+    box.clear()
+    box.send_keys("100,000\n")
+    assert browser.find_element("id", "window-input").get_attribute("value") == "100,000"
+    assert badge(browser)[0] == "passed"
+    smaller = replay_file(shared_trace("pi"), windows=[100_000], estimators=EST).windows[0]
+    assert [r[3] for r in summary_rows(browser)] == [
+        "never" if p.first_trigger is None else f"call {p.first_trigger:,}"
+        for p in smaller.policies
+    ]

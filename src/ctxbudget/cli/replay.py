@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 from rich.table import Table
 
@@ -92,7 +93,7 @@ def _checks(checked: tuple[str, ...]) -> str:
 
 
 def _call(index: int | None) -> str:
-    return "never" if index is None else f"call {index:,}"
+    return "never" if index is None else f"{index:,}"
 
 
 def _header(result: ReplayResult) -> str:
@@ -100,10 +101,12 @@ def _header(result: ReplayResult) -> str:
     sizes = ", ".join(f"{w.window:,}" for w in result.windows)
     source = _SOURCES.get(result.window_source, result.window_source)
     skipped = f", {t.skipped_lines:,} skipped lines" if t.skipped_lines else ""
+    # The model name comes from the trace: escaped, "[red]" in it stays text.
     return (
-        f"[bold]{t.format}[/] {t.model or 'unknown model'}: {len(t.calls):,} calls, "
+        f"[bold]{escape(t.format)}[/] {escape(t.model or 'unknown model')}: "
+        f"{len(t.calls):,} calls, "
         f"peak context {_peak(result):,}{skipped}\n"
-        f"window{'s' if len(result.windows) > 1 else ''} {sizes} ({source})"
+        f"window{'s' if len(result.windows) > 1 else ''} {sizes} ({escape(source)})"
     )
 
 
@@ -125,7 +128,7 @@ def _rules_table(w: WindowReplay) -> Table:
     table.add_column("fires", justify="right", no_wrap=True)
     table.add_column("late", no_wrap=True)
     if reads_total:
-        table.add_column("reads total", justify="right", no_wrap=True)
+        table.add_column("on total", justify="right", no_wrap=True)
     for p in w.policies:
         row = [
             p.name,
@@ -144,14 +147,14 @@ def _rules_notes(result: ReplayResult) -> list[str]:
     # One short line each: a note wrapped by an 80-column terminal reads badly.
     notes = [
         "checks: before each request / after each step / task end: when a user task ends",
-        "fires: the first call before which the rule would compact",
+        "fires: the call before which the rule would first compact",
         "late: ✗ = fires after the wall (the first call whose context + output > window)",
         "      or never fires although the wall is hit",
     ]
     if any(_reads_total(w) for w in result.windows):
         notes += [
-            "reads total: where the rule would fire if it read the reported total",
-            "             incl. reasoning that was not sent back",
+            "on total: where the rule would fire if it read the reported total",
+            "          incl. reasoning that was not sent back",
         ]
     return notes
 
@@ -175,8 +178,7 @@ def _estimators_table(result: ReplayResult) -> Table:
 def _quiet(result: ReplayResult) -> bool:
     """True when no window hits the wall and no rule fires: the replay shows nothing."""
     return all(
-        w.wall is None and all(p.first_trigger is None for p in w.policies)
-        for w in result.windows
+        w.wall is None and all(p.first_trigger is None for p in w.policies) for w in result.windows
     )
 
 

@@ -84,62 +84,163 @@
   }
 
   var state = { window: DATA.window, params: defaults() };
+  var CHECKS = { before_request: "before", after_step: "after", task_end: "task end" };
+
+  function fmt(n) {
+    // Thousands separators without Intl (its output depends on the browser's locale).
+    if (n === null || n === undefined) return "-";
+    if (typeof n !== "number" || !isFinite(n)) return String(n);
+    var parts = String(Math.abs(n)).split(".");
+    var whole = parts[0].replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+    return (n < 0 ? "-" : "") + whole + (parts.length > 1 ? "." + parts[1] : "");
+  }
+  function parseNumber(text) {
+    var t = text.replace(/[,_\s]/g, "");
+    return t === "" ? null : Number(t);
+  }
+  function niceStep(span, count) {
+    // The smallest 1, 2 or 5 x 10^k step that splits span into at most `count` parts.
+    var raw = Math.max(span / count, 1e-9), p = Math.pow(10, Math.floor(Math.log10(raw)));
+    var m = [1, 2, 5, 10].filter(function (f) { return f * p >= raw; })[0];
+    return m * p;
+  }
+  function effectiveDefault(policy, key, w) {
+    // What a blank (None) parameter means at window w; mirrors budget/rules.py like thresholdOf.
+    var C = DATA.constants, p = state.params[policy];
+    if (policy === "ctxbudget" && key === "max_output") {
+      return "default " + fmt(Math.max(1, Math.min(C.default_reply_reserve, Math.floor(w / C.reply_share))));
+    }
+    if (policy === "ctxbudget" && key === "compaction_reserve") {
+      return "default " + fmt(Math.max(1, Math.min(C.default_compaction_reserve, Math.floor(w / C.compaction_share))));
+    }
+    if (key === "reserved") return "default " + fmt(Math.min(p.compaction_buffer, p.max_output));
+    if (key === "input_limit") return p.input_limit_is_window ? "= window" : "none";
+    if (key === "configured_limit") return "none (90% of W)";
+    return "default";
+  }
 
   function el(tag, attrs) {
     var node = document.createElementNS(SVG, tag);
     Object.keys(attrs).forEach(function (k) { node.setAttribute(k, String(attrs[k])); });
     return node;
   }
+  function text(x, y, content, attrs) {
+    var node = el("text", Object.assign({ x: x, y: y, "class": "tick" }, attrs || {}));
+    node.textContent = content;
+    return node;
+  }
+  function html(tag, content) {
+    var node = document.createElement(tag);
+    if (content !== undefined) node.textContent = content;
+    return node;
+  }
+  function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
+
+  // Chart geometry in viewBox units; the SVG scales to the page width.
+  var G = { width: 1000, height: 134, left: 72, right: 10, top: 28, bottom: 22 };
+  function scales(maxY) {
+    var plotW = G.width - G.left - G.right, bw = plotW / Math.max(1, calls.length);
+    var plotH = G.height - G.top - G.bottom;
+    return {
+      bw: bw,
+      x: function (i) { return G.left + i * bw; },
+      y: function (v) { return G.top + plotH * (1 - Math.max(0, v) / maxY); }
+    };
+  }
+  function axes(svg, s, maxY) {
+    var step = niceStep(maxY, 4), v, i, base = s.y(0);
+    for (v = 0; v <= maxY; v += step) {
+      svg.appendChild(el("line", { x1: G.left - 4, x2: G.width - G.right, y1: s.y(v), y2: s.y(v), "class": "grid" }));
+      svg.appendChild(text(G.left - 6, s.y(v) + 4, fmt(v), { "text-anchor": "end" }));
+    }
+    var xstep = Math.max(1, niceStep(calls.length, 10));
+    for (i = 0; i < calls.length; i += xstep) {
+      var cx = s.x(i) + s.bw / 2;
+      svg.appendChild(el("line", { x1: cx, x2: cx, y1: base, y2: base + 4, "class": "axis" }));
+      svg.appendChild(text(cx, base + 16, fmt(i), { "text-anchor": "middle" }));
+    }
+    svg.appendChild(el("line", { x1: G.left, x2: G.width - G.right, y1: base, y2: base, "class": "axis" }));
+  }
+  function panel(r, result, maxY) {
+    var s = scales(maxY), y0 = s.y(0);
+    var svg = el("svg", { viewBox: "0 0 " + G.width + " " + G.height, width: "100%", "data-policy": r.name, "class": "panel" });
+    svg.appendChild(text(4, 14, r.name + ": threshold " + fmt(r.threshold) + " · " +
+      (r.first_trigger === null ? "never fires" : "first compacts before call " + fmt(r.first_trigger)) +
+      (r.late ? " · late" : ""), { "class": "panel-title" }));
+    axes(svg, s, maxY);
+    calls.forEach(function (c, i) {
+      var bar = el("rect", { x: s.x(i), y: s.y(c[0]), width: Math.max(1, s.bw - 0.5), height: y0 - s.y(c[0]), "class": "bar" });
+      var tip = el("title", {});
+      tip.textContent = "call " + fmt(i) + ": " + fmt(c[0]) + " context tokens, " + fmt(c[1]) + " output" +
+        (DATA.previews[i] ? "\n" + DATA.previews[i] : "");
+      bar.appendChild(tip);
+      svg.appendChild(bar);
+    });
+    var right = G.width - G.right;
+    svg.appendChild(el("line", { x1: G.left, x2: right, y1: s.y(state.window), y2: s.y(state.window), "class": "window" }));
+    svg.appendChild(el("line", { x1: G.left, x2: right, y1: s.y(r.threshold), y2: s.y(r.threshold), "class": "threshold" }));
+    if (result.wall !== null) {
+      svg.appendChild(el("line", { x1: s.x(result.wall), x2: s.x(result.wall), y1: G.top, y2: y0, "class": "wall" }));
+    }
+    if (r.first_trigger !== null) {
+      svg.appendChild(el("line", { x1: s.x(r.first_trigger), x2: s.x(r.first_trigger), y1: G.top, y2: y0,
+        "class": "trigger", "data-call": r.first_trigger, id: "trigger-" + r.name }));
+      svg.appendChild(el("path", { d: "M" + s.x(r.first_trigger) + " " + G.top + " l-5 -7 h10 z", "class": "trigger-mark" }));
+    }
+    return svg;
+  }
+  function summary(result) {
+    var body = document.getElementById("summary-rows");
+    clear(body);
+    result.policies.forEach(function (r, k) {
+      var tr = html("tr"), late = html("td", r.late ? "✗ late" : "no");
+      if (r.late) late.className = "late";
+      tr.appendChild(html("td", r.name));
+      tr.appendChild(html("td", DATA.policies[k].checked.map(function (c) { return CHECKS[c] || c; }).join("/")));
+      tr.appendChild(html("td", fmt(r.threshold)));
+      tr.appendChild(html("td", r.first_trigger === null ? "never" : "call " + fmt(r.first_trigger)));
+      tr.appendChild(late);
+      body.appendChild(tr);
+    });
+  }
   function draw() {
     var result = compute(state.window, state.params);
     var panels = document.getElementById("panels");
-    while (panels.firstChild) panels.removeChild(panels.firstChild);
-    var width = 900, height = 110, left = 60, plotW = width - left - 10;
+    clear(panels);
     var maxY = state.window;
     calls.forEach(function (c) { maxY = Math.max(maxY, c[0]); });
-    var bw = plotW / Math.max(1, calls.length);
-    function x(i) { return left + i * bw; }
-    function y(v) { return 20 + (height - 30) * (1 - Math.max(0, v) / maxY); }
-    result.policies.forEach(function (r) {
-      var svg = el("svg", { width: width, height: height, "data-policy": r.name, "class": "panel" });
-      var title = el("text", { x: 4, y: 14, "class": "panel-title" });
-      title.textContent = r.name + ": threshold " + r.threshold + ", fires " +
-        (r.first_trigger === null ? "never" : "at call " + r.first_trigger) + (r.late ? " (late)" : "");
-      svg.appendChild(title);
-      calls.forEach(function (c, i) {
-        var bar = el("rect", { x: x(i), y: y(c[0]), width: Math.max(1, bw - 0.5), height: y(0) - y(c[0]), fill: "#9db4d0" });
-        var tip = el("title", {});
-        tip.textContent = "call " + i + ": " + c[0] + " tokens" + (DATA.previews[i] ? "\n" + DATA.previews[i] : "");
-        bar.appendChild(tip);
-        svg.appendChild(bar);
-      });
-      svg.appendChild(el("line", { x1: left, x2: width - 10, y1: y(state.window), y2: y(state.window), stroke: "#444", "stroke-dasharray": "2,2" }));
-      svg.appendChild(el("line", { x1: left, x2: width - 10, y1: y(r.threshold), y2: y(r.threshold), stroke: "#d62728" }));
-      if (result.wall !== null) {
-        svg.appendChild(el("line", { x1: x(result.wall), x2: x(result.wall), y1: 20, y2: height - 10, stroke: "#000", "class": "wall" }));
-      }
-      if (r.first_trigger !== null) {
-        svg.appendChild(el("line", { x1: x(r.first_trigger), x2: x(r.first_trigger), y1: 20, y2: height - 10, stroke: "#d62728",
-          "stroke-width": 2, "stroke-dasharray": "4,2", "class": "trigger", "data-call": r.first_trigger, id: "trigger-" + r.name }));
-      }
-      panels.appendChild(svg);
-    });
+    maxY *= 1.04; // headroom so the window line is not drawn on the frame
+    result.policies.forEach(function (r) { panels.appendChild(panel(r, result, maxY)); });
     document.getElementById("wall-info").textContent = result.wall === null
-      ? "wall: never hit" : "wall: call " + result.wall;
-    document.getElementById("summary").textContent = result.policies.map(function (r) {
-      return r.name + " first_trigger=" + r.first_trigger + " late=" + r.late;
-    }).join("\n");
+      ? "wall: never hit" : "wall: call " + fmt(result.wall);
+    summary(result);
+    Object.keys(state.params).forEach(function (name) {
+      Object.keys(state.params[name]).forEach(function (key) {
+        var input = document.getElementById("param-" + name + "-" + key);
+        if (input && input.type !== "checkbox") input.placeholder = effectiveDefault(name, key, state.window);
+      });
+    });
+    var buttons = document.querySelectorAll("#window-choices button");
+    Array.prototype.forEach.call(buttons, function (b) {
+      b.setAttribute("aria-pressed", String(Number(b.getAttribute("data-window")) === state.window));
+    });
   }
   function paramInput(policy, key, value) {
     var label = document.createElement("label"), input = document.createElement("input");
     input.id = "param-" + policy + "-" + key;
     if (typeof value === "boolean") { input.type = "checkbox"; input.checked = value; }
-    else { input.type = "number"; input.step = "any"; input.value = value === null ? "" : String(value); }
+    else { input.type = "text"; input.inputMode = "decimal"; input.value = value === null ? "" : fmt(value); }
     input.addEventListener("input", function () {
-      var v = input.type === "checkbox" ? input.checked : (input.value === "" ? null : Number(input.value));
-      if (v !== null && typeof v === "number" && !isFinite(v)) return;
+      var v = input.type === "checkbox" ? input.checked : parseNumber(input.value);
+      var bad = v !== null && typeof v === "number" && !isFinite(v);
+      input.setAttribute("aria-invalid", String(bad));
+      if (bad) return;
       state.params[policy][key] = v;
       draw();
+    });
+    input.addEventListener("change", function () {
+      var v = state.params[policy][key];
+      if (typeof v === "number" && input.getAttribute("aria-invalid") !== "true") input.value = fmt(v);
     });
     label.appendChild(document.createTextNode(key + " "));
     label.appendChild(input);
@@ -147,25 +248,35 @@
   }
   function setup() {
     document.getElementById("trace-info").textContent = DATA.format + " · " + (DATA.model || "unknown model") +
-      " · " + calls.length + " calls · " + DATA.source;
+      " · " + fmt(calls.length) + " calls · " + DATA.source;
     var slider = document.getElementById("window-slider"), box = document.getElementById("window-input");
     slider.min = String(DATA.slider.min); slider.max = String(DATA.slider.max); slider.step = String(DATA.slider.step);
-    slider.value = String(state.window); box.value = String(state.window);
     function setWindow(v) {
-      if (!(v > 0)) return;
-      state.window = Math.round(v); slider.value = String(state.window); box.value = String(state.window); draw();
+      if (!(v > 0) || !isFinite(v)) { box.setAttribute("aria-invalid", "true"); return; }
+      box.setAttribute("aria-invalid", "false");
+      state.window = Math.round(v); slider.value = String(state.window); box.value = fmt(state.window); draw();
     }
     slider.addEventListener("input", function () { setWindow(Number(slider.value)); });
-    box.addEventListener("change", function () { setWindow(Number(box.value)); });
+    box.addEventListener("change", function () { setWindow(parseNumber(box.value)); });
+    var choices = document.getElementById("window-choices");
+    if (DATA.expected.length > 1) {
+      choices.appendChild(document.createTextNode("replayed windows: "));
+      DATA.expected.forEach(function (exp, k) {
+        var b = html("button", fmt(exp.window));
+        b.type = "button"; b.id = "window-choice-" + k; b.setAttribute("data-window", String(exp.window));
+        b.title = exp.wall === null ? "wall never hit" : "wall at call " + fmt(exp.wall);
+        b.addEventListener("click", function () { setWindow(exp.window); });
+        choices.appendChild(b);
+      });
+    }
     var params = document.getElementById("params");
     DATA.policies.forEach(function (p) {
-      var fs = document.createElement("fieldset"), legend = document.createElement("legend");
-      legend.textContent = p.name;
-      fs.appendChild(legend);
+      var fs = document.createElement("fieldset");
+      fs.appendChild(html("legend", p.name));
       Object.keys(p.parameters).forEach(function (k) { fs.appendChild(paramInput(p.name, k, p.parameters[k])); });
       params.appendChild(fs);
     });
-    draw();
+    setWindow(state.window);
     selfCheck();
   }
   setup();

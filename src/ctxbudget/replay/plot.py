@@ -1,50 +1,99 @@
-"""PNG of a replay: context per call as bars, one small panel per rule with its line and trigger."""
+"""PNG of a replay: context per call as bars, a panel per rule, a column of panels per window."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ctxbudget.replay.analyze import ReplayResult
+from ctxbudget.replay.replay import PolicyReplay, WindowReplay
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+_BAR = "#9db4d0"
+_THRESHOLD = "#d62728"
+_WINDOW = "#444444"
 
 
-def write_plot(result: ReplayResult, path: str | Path, *, window_index: int = 0) -> Path:
-    """Draw the seed's small-multiples figure for one replayed window; return the path."""
+def write_plot(result: ReplayResult, path: str | Path, *, window_index: int | None = None) -> Path:
+    """Draw the seed's small-multiples figure, one column per replayed window (or only
+    ``window_index``); return the path."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    replayed = result.windows[window_index]
-    calls = result.trace.calls
-    xs = [c.index for c in calls]
-    ys = [c.context_tokens for c in calls]
-    rows = len(replayed.policies)
-    fig, axes = plt.subplots(rows, 1, sharex=True, sharey=True, figsize=(10, 1.6 * rows + 1))
-    for ax, policy in zip(fig.axes if rows > 1 else [axes], replayed.policies, strict=True):
-        ax.bar(xs, ys, width=1.0, color="#9db4d0", linewidth=0)
-        ax.axhline(replayed.window, color="#444444", linewidth=0.8, linestyle=":")
-        ax.axhline(max(policy.threshold, 0), color="#d62728", linewidth=1.0)
-        if policy.first_trigger is not None:
-            ax.axvline(policy.first_trigger, color="#d62728", linewidth=1.2, linestyle="--")
-        label = "never" if policy.first_trigger is None else f"call {policy.first_trigger}"
-        ax.set_title(
-            f"{policy.name}: fires {label}" + (" (late)" if policy.late else ""),
-            fontsize=9,
-            loc="left",
-        )
-        ax.tick_params(labelsize=8)
-    if replayed.wall is not None:
-        for ax in fig.axes:
-            ax.axvline(replayed.wall, color="#000000", linewidth=1.2)
-    fig.suptitle(
-        f"{result.trace.format} · {result.trace.model or 'unknown model'} · window "
-        f"{replayed.window:,} · {len(calls)} calls",
-        fontsize=10,
+    replayed = result.windows if window_index is None else (result.windows[window_index],)
+    rows, cols = len(result.policies), len(replayed)
+    fig, grid = plt.subplots(
+        rows,
+        cols,
+        sharex=True,
+        sharey="col",
+        squeeze=False,
+        figsize=(10 + 5.5 * (cols - 1), 1.6 * rows + 1.6),
     )
-    fig.supxlabel("call", fontsize=9)
+    for col, window in enumerate(replayed):
+        for row, policy in enumerate(window.policies):
+            _panel(grid[row][col], result, window, policy)
+        grid[0][col].annotate(
+            f"window {window.window:,}: "
+            + ("wall never hit" if window.wall is None else f"wall at call {window.wall:,}"),
+            xy=(0.5, 1.35),
+            xycoords="axes fraction",
+            ha="center",
+            fontsize=10,
+            fontweight="bold",
+        )
+    t = result.trace
+    fig.suptitle(f"{t.format} · {t.model or 'unknown model'} · {len(t.calls):,} calls", fontsize=11)
+    fig.legend(handles=_legend_handles(), loc="lower center", ncol=5, fontsize=8, frameon=False)
+    fig.supxlabel("call", fontsize=9, y=0.045)
     fig.supylabel("context tokens", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04, 1, 0.99))
     out = Path(path)
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def _panel(ax: Axes, result: ReplayResult, window: WindowReplay, policy: PolicyReplay) -> None:
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    calls = result.trace.calls
+    ax.bar([c.index for c in calls], [c.context_tokens for c in calls], width=1.0, color=_BAR)
+    ax.axhline(window.window, color=_WINDOW, linewidth=0.8, linestyle=":")
+    ax.axhline(max(policy.threshold, 0), color=_THRESHOLD, linewidth=1.0)
+    if policy.first_trigger is not None:
+        ax.axvline(policy.first_trigger, color=_THRESHOLD, linewidth=1.2, linestyle="--")
+    if window.wall is not None:
+        ax.axvline(window.wall, color="#000000", linewidth=1.2)
+    fires = "never" if policy.first_trigger is None else f"at call {policy.first_trigger:,}"
+    ax.set_title(
+        f"{policy.name}: threshold {policy.threshold:,}, fires {fires}"
+        + (" (late)" if policy.late else ""),
+        fontsize=9,
+        loc="left",
+    )
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
+    ax.yaxis.set_major_formatter(FuncFormatter(_thousands))  # no "1e6" offset text
+    ax.tick_params(labelsize=8)
+
+
+def _thousands(value: float, _pos: int | None = None) -> str:
+    return f"{value:,.0f}"
+
+
+def _legend_handles() -> list[Any]:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    return [
+        Patch(color=_BAR, label="context per call"),
+        Line2D([], [], color=_THRESHOLD, linewidth=1.0, label="the rule's threshold"),
+        Line2D([], [], color=_WINDOW, linewidth=0.8, linestyle=":", label="window"),
+        Line2D([], [], color=_THRESHOLD, linewidth=1.2, linestyle="--", label="first trigger"),
+        Line2D([], [], color="#000000", linewidth=1.2, label="wall (context + output > window)"),
+    ]

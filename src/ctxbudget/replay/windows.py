@@ -42,11 +42,24 @@ def known_window(model: str | None) -> int | None:
 _FILL_LOW, _FILL_HIGH = 85, 90
 
 
+def _round_steps() -> tuple[int, ...]:
+    """1, 2, 5, 10, 20, 50, ... up to 5e12, largest first."""
+    steps: list[int] = []
+    scale = 1
+    for _ in range(13):
+        steps += (scale, 2 * scale, 5 * scale)
+        scale *= 10
+    return tuple(reversed(steps))
+
+
+_ROUND_STEPS = _round_steps()
+
+
 def suggest_window(peak: int) -> int:
     """A round window that ``peak`` tokens fill to 85-90% (the roundest such number)."""
     low = max(1, -(-peak * 100 // _FILL_HIGH))  # ceil(peak / 0.90)
     high = peak * 100 // _FILL_LOW  # floor(peak / 0.85)
-    for step in sorted((m * 10**k for k in range(13) for m in (1, 2, 5)), reverse=True):
+    for step in _ROUND_STEPS:
         candidate = -(-low // step) * step
         if candidate <= high:
             return candidate
