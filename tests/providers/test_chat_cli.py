@@ -69,7 +69,7 @@ def test_terminal_mode_says_so_on_stderr(
     assert run.code == 0, run.stderr
     (line,) = [x for x in run.stderr.splitlines() if "window" in x]
     assert line.startswith("ctxbudget: window 32,768 -> 6,000 tokens")
-    assert "compaction (context_overflow" in run.stdout
+    assert "compacted" in run.stdout and "context_overflow)" in run.stdout
     assert "window 6,000 | turns 3" in " ".join(run.stdout.split())
     assert run.stdout.count(f"model> {TEXT}") == 3
 

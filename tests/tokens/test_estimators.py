@@ -192,7 +192,7 @@ def test_cli_json_shape_and_counts() -> None:
         estimators_command, ["-", "--json", "--reference", "qwen3"], input=text
     )
     data = json.loads(result.output)
-    assert set(data) == {"reference", "reference_tokens", "chars", "estimators"}
+    assert set(data) >= {"reference", "reference_tokens", "chars", "estimators"}  # a contract
     assert data["reference_tokens"] == get_tokenizer("qwen3").count(text)
     assert data["chars"] == len(text)
     assert [row["name"] for row in data["estimators"]] == list(ESTIMATORS)
