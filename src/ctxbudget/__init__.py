@@ -76,12 +76,15 @@ from ctxbudget.providers import (
     classify_error,
 )
 from ctxbudget.replay import (
+    Call,
+    ReplayResult,
     Trace,
     load_trace,
     render_html,
     replay_file,
     replay_trace,
     write_html,
+    write_json,
     write_plot,
 )
 from ctxbudget.tokens import (
@@ -110,6 +113,7 @@ __all__ = [
     "Archive",
     "ArchiveError",
     "ArchiveState",
+    "Call",
     "Checkpoint",
     "CompactionError",
     "CompactionRecord",
@@ -134,6 +138,7 @@ __all__ = [
     "PromptFloorExceeded",
     "Provider",
     "ProviderError",
+    "ReplayResult",
     "Request",
     "RequestCount",
     "RequestCounter",
@@ -181,6 +186,7 @@ __all__ = [
     "usage_from_openai_responses",
     "validate_window",
     "write_html",
+    "write_json",
     "write_plot",
 ]
 

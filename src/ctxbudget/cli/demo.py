@@ -93,22 +93,26 @@ class BudgetView:
 
 def print_summary(console: Console, summary: SessionSummary) -> None:
     """The table of compactions and the session's totals."""
-    table = Table(title="compactions", show_lines=False)
-    for name in ("turn", "trigger", "strategy", "messages", "tokens (whole request)"):
-        table.add_column(name)
+    table = Table(
+        title="compactions",
+        caption="tokens: the whole request, floor included",
+        show_lines=False,
+    )
+    for name in ("turn", "trigger", "strategy", "messages", "tokens"):
+        table.add_column(name, no_wrap=True)
     for c in summary.compactions:
         table.add_row(
             str(c.turn),
-            c.trigger,
-            c.strategy,
+            c.trigger.removeprefix("context_"),  # pressure / overflow
+            c.strategy.replace("clear_tool_outputs", "clear"),
             f"{c.messages_before} → {c.messages_after}",
             f"{c.tokens_before:,} → {c.tokens_after:,}",
         )
     console.print(table)
     console.print(
         f"window {summary.window:,} | turns {summary.turns} | floor {summary.floor_tokens:,} | "
-        f"largest request {summary.max_request_tokens:,} | overflows {summary.overflows} | "
-        f"compactions {len(summary.compactions)}"
+        f"largest request {summary.max_request_tokens:,}\n"
+        f"overflows {summary.overflows} | compactions {len(summary.compactions)}"
     )
     if summary.archive:
         console.print(f"archive: {summary.archive}", soft_wrap=True)
