@@ -18,7 +18,7 @@ from ctxbudget.tokens.calibrated import ESTIMATORS
 from ctxbudget.tokens.registry import get_tokenizer
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "estimators"
-KINDS = ("english", "chinese", "japanese", "python", "json", "mixed")
+KINDS = ("english", "chinese", "japanese", "python", "json", "mixed", "markdown")
 TOKENIZERS = ("cl100k_base", "o200k_base", "qwen3")
 
 
