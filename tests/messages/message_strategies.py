@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from hypothesis import strategies as st
+from tests.json_strategies import json_values as shared_json_values
+from tests.json_strategies import mutated_json
 
 from ctxbudget.messages.model import ImagePart, Message, Request, TextPart, ToolCall, ToolSpec
 
@@ -23,20 +24,7 @@ KNOWN_STRINGS = (
     "auto", "low", "high", "custom", "data:image/png;base64,iVBORw0KGgo=", "{}",
 )  # fmt: skip
 
-_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats()
-    | st.text(max_size=8)
-    | st.sampled_from(KNOWN_STRINGS)
-)
-_keys = st.sampled_from(KNOWN_KEYS) | st.text(max_size=6)
-json_values = st.recursive(
-    _scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_keys, inner, max_size=5),
-    max_leaves=25,
-)
+json_values = shared_json_values(KNOWN_KEYS, KNOWN_STRINGS)
 clean_json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
     lambda inner: (
@@ -46,34 +34,9 @@ clean_json = st.recursive(
 )
 
 
-def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [path]
-    if isinstance(value, dict):
-        for key, item in value.items():
-            out += _paths(item, (*path, key))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            out += _paths(item, (*path, i))
-    return out
-
-
-@st.composite
-def mutated(draw: st.DrawFn, bodies: list[dict[str, Any]]) -> Any:
+def mutated(bodies: list[dict[str, Any]]) -> st.SearchStrategy[Any]:
     """A valid body with one to three members replaced by arbitrary JSON or removed."""
-    body: Any = copy.deepcopy(draw(st.sampled_from(bodies)))
-    for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(_paths(body)))
-        if not path:
-            body = draw(json_values)
-            continue
-        parent = body
-        for key in path[:-1]:
-            parent = parent[key]
-        if draw(st.booleans()) or isinstance(parent, list):
-            parent[path[-1]] = draw(json_values)
-        else:
-            del parent[path[-1]]
-    return body
+    return st.sampled_from(bodies).flatmap(lambda body: mutated_json(body, json_values))
 
 
 # --- values that the OpenAI format represents exactly -------------------------------------

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
+from tests.json_strategies import json_values as shared_json_values
+from tests.json_strategies import mutated_json
 
 from ctxbudget.messages.model import ImagePart, Message, Request, TextPart, ToolCall, ToolSpec
 
@@ -48,22 +49,10 @@ any_text = st.lists(
     max_size=6,
 ).map("".join)
 
-_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.integers(-(10**30), 10**400)
-    | st.floats()
-    | st.text(max_size=8)
-    | st.sampled_from(IMPORTER_STRINGS)
+json_values = shared_json_values(IMPORTER_KEYS, IMPORTER_STRINGS, big_integers=True)
+json_objects = st.dictionaries(
+    st.sampled_from(IMPORTER_KEYS) | st.text(max_size=6), json_values, max_size=6
 )
-_keys = st.sampled_from(IMPORTER_KEYS) | st.text(max_size=6)
-json_values = st.recursive(
-    _scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_keys, inner, max_size=5),
-    max_leaves=25,
-)
-json_objects = st.dictionaries(_keys, json_values, max_size=6)
 
 
 @st.composite
@@ -160,40 +149,9 @@ def _openai_log_records() -> list[Any]:
     ]
 
 
-def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [path]
-    if isinstance(value, dict):
-        for key, item in value.items():
-            out += _paths(item, (*path, key))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            out += _paths(item, (*path, i))
-    return out
-
-
-@st.composite
-def mutated_record(draw: st.DrawFn, record: Any) -> Any:
+def mutated_record(record: Any) -> st.SearchStrategy[Any]:
     """``record`` with one to three members replaced by arbitrary JSON, retyped or removed."""
-    value = copy.deepcopy(record)
-    for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(_paths(value)))
-        if not path:
-            value = draw(json_values)
-            continue
-        parent = value
-        for key in path[:-1]:
-            parent = parent[key]
-        action = draw(st.sampled_from(["replace", "retype", "drop"]))
-        if action == "drop" and isinstance(parent, dict):
-            del parent[path[-1]]
-        elif action == "retype":
-            old = parent[path[-1]]
-            parent[path[-1]] = draw(
-                st.sampled_from([str(old), [old], {"x": old}, None, -1, 1e308, float("inf")])
-            )
-        else:
-            parent[path[-1]] = draw(json_values)
-    return value
+    return mutated_json(record, json_values, retype=True)
 
 
 @st.composite
