@@ -1,7 +1,7 @@
 """Peak memory of `ctxbudget replay` on a huge session and `ctxbudget count` on a huge text file.
 
 Run: .venv/bin/python bench/memory.py [--session-mb 1024] [--text-mb 500] [--format pi]
-Files are generated in a temporary folder (deleted afterwards) from the shared real traces.
+Files are generated in a temporary folder (deleted afterwards) from the real traces in tests/data/traces.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TRACES = REPO.parent / "shared" / "traces"
+TRACES = REPO / "tests" / "data" / "traces"
 SESSIONS = {
     "pi": "pi-agent_pinion05-agent-complex-task_03-raddit-dashboard-pr.jsonl",
     "claude-code": "claude-code_guideai-session-processing_claude-code-sample-1.jsonl",

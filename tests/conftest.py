@@ -1,8 +1,11 @@
-"""Shared test set-up: Hypothesis profiles and the path to the shared fixtures."""
+"""Test set-up: Hypothesis profiles, the repo's own fixtures under tests/data, the browser switch."""
 
 from __future__ import annotations
 
+import gzip
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +22,33 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+DATA = REPO / "tests" / "data"
+
+# Under CTXBUDGET_REQUIRE_BROWSER=1 (.ci/run sets it) a missing Chromium fails the browser tests;
+# elsewhere they are skipped with this one reason.
+BROWSER_PACKAGES = "chromium chromium-driver"
+
+
+def data_file(*parts: str) -> Path:
+    """A file the repo carries under tests/data; a missing one fails with its path."""
+    path = DATA.joinpath(*parts)
+    assert path.exists(), f"test data missing: {path.relative_to(REPO)} (it ships with the repo)"
+    return path
+
+
+def hf_folder_at(name: str, into: Path) -> Path:
+    """Unpack tests/data/hf/NAME (tokenizer.json is stored gzipped) into ``into``/NAME."""
+    source = data_file("hf", name)
+    target = into / name
+    if not (target / "tokenizer.json").is_file():
+        target.mkdir(parents=True, exist_ok=True)
+        for item in source.iterdir():
+            if item.name.endswith(".gz"):
+                with gzip.open(item, "rb") as packed:
+                    (target / item.name[:-3]).write_bytes(packed.read())
+            else:
+                shutil.copyfile(item, target / item.name)
+    return target
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -27,17 +56,31 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    """``../shared`` beside the checkout (CI lays a copy there); fails loudly if absent."""
-    assert SHARED.is_dir(), f"expected the shared fixtures at {SHARED}"
-    return SHARED
+def traces_dir() -> Path:
+    """The real recorded sessions the repo carries (tests/data/traces, see its SOURCES.md)."""
+    return data_file("traces")
 
 
 @pytest.fixture(scope="session")
-def traces_dir(shared_dir: Path) -> Path:
-    return shared_dir / "traces"
+def templates_dir() -> Path:
+    """Real chat templates (tests/data/chat_templates, see its SOURCES.md)."""
+    return data_file("chat_templates")
 
 
 @pytest.fixture(scope="session")
-def templates_dir(shared_dir: Path) -> Path:
-    return shared_dir / "reference" / "chat_templates"
+def hf_folder(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``hf_folder("qwen2.5")``: a model folder from tests/data/hf, unpacked once per session."""
+    root = tmp_path_factory.mktemp("hf")
+    return lambda name: hf_folder_at(name, root)
+
+
+def require_browser() -> tuple[str, str]:
+    """Chromium and chromedriver paths; skip (or fail under CTXBUDGET_REQUIRE_BROWSER=1) if absent."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if chromium and driver:
+        return chromium, driver
+    reason = f"headless Chromium not installed (apt-get install -y {BROWSER_PACKAGES})"
+    if os.environ.get("CTXBUDGET_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"{reason}; CTXBUDGET_REQUIRE_BROWSER=1 makes this a failure")
+    pytest.skip(reason)

@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import data_file
 
-# CI and the dev checkout both have shared/ beside the repository root.
-SHARED_TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 TRACES = {
     "claude-code": "claude-code_guideai-session-processing_claude-code-sample-1.jsonl",
     "codex": "codex-cli_guideai-session-processing_sample-codex-session.jsonl",
@@ -20,10 +19,8 @@ TRACES = {
 
 
 def shared_trace(fmt: str) -> Path:
-    """A shared trace; a missing one fails loudly (CI must have shared/ beside the clone)."""
-    path = SHARED_TRACES / TRACES[fmt]
-    assert path.is_file(), f"shared trace missing: {path} (clone shared/ beside the repository)"
-    return path
+    """A real recorded session the repo carries under tests/data/traces."""
+    return data_file("traces", TRACES[fmt])
 
 
 def char_estimator(text: str) -> int:

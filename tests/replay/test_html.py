@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import require_browser
 from tests.replay.conftest import char_estimator, openai_pair, shared_trace
 
 from ctxbudget.replay import load_trace, replay_file, replay_trace, write_html
@@ -54,13 +55,7 @@ def test_rendered_page_holds_no_raw_payload(write_log: Callable[[list[str]], Pat
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver_path = shutil.which("chromedriver")
-    if not chromium or not driver_path:
-        pytest.fail(
-            "headless Chromium is required: apt-get install -y chromium chromium-driver "
-            "(.ci/run installs them)"
-        )
+    chromium, driver_path = require_browser()
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

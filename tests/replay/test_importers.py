@@ -12,7 +12,7 @@ from tests.replay.conftest import openai_pair, shared_trace
 from ctxbudget.errors import TraceFormatError, UnknownNameError
 from ctxbudget.replay import detect_format, load_trace
 
-# Call counts from ../shared/traces/SOURCES.txt.
+# Call counts from tests/data/traces/SOURCES.md (as recorded by the traces' publisher).
 EXPECTED = [("claude-code", 17), ("codex", 169), ("mini-swe-agent", 61), ("pi", 253)]
 
 

@@ -1,8 +1,8 @@
 """The token estimators of real agent harnesses, reproduced exactly as pure ``str -> int``.
 
-Sources are the pinned harness files the seed lesson quotes (../shared/seeds/003_*.txt). JavaScript
-harnesses measure ``text.length`` in UTF-16 code units, Python ones ``len(text)`` in code points;
-each function below counts the way its harness does, so an emoji is 2 chars for Pi and OpenCode.
+Sources are the pinned harness files the project's seed lesson quotes (each function names its
+own). JavaScript harnesses measure ``text.length`` in UTF-16 code units, Python ones ``len(text)``
+in code points; each function below counts the way its harness does, so an emoji is 2 chars for Pi and OpenCode.
 """
 
 from __future__ import annotations

