@@ -1,7 +1,8 @@
 """Peak memory of `ctxbudget replay` on a huge session and `ctxbudget count` on a huge text file.
 
 Run: .venv/bin/python bench/memory.py [--session-mb 1024] [--text-mb 500] [--format pi]
-Files are generated in a temporary folder (deleted afterwards) from the real traces in tests/data/traces.
+Files are generated in a temporary folder (deleted afterwards) from the real
+traces in tests/data/traces.
 """
 
 from __future__ import annotations

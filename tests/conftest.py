@@ -1,4 +1,4 @@
-"""Test set-up: Hypothesis profiles, the repo's own fixtures under tests/data, the browser switch."""
+"""Test set-up: Hypothesis profiles, the fixtures under tests/data, the browser switch."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def hf_folder(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]
 
 
 def require_browser() -> tuple[str, str]:
-    """Chromium and chromedriver paths; skip (or fail under CTXBUDGET_REQUIRE_BROWSER=1) if absent."""
+    """Chromium and chromedriver; skip if absent (fail under CTXBUDGET_REQUIRE_BROWSER=1)."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver = shutil.which("chromedriver")
     if chromium and driver:

@@ -2,7 +2,8 @@
 
 Sources are the pinned harness files the project's seed lesson quotes (each function names its
 own). JavaScript harnesses measure ``text.length`` in UTF-16 code units, Python ones ``len(text)``
-in code points; each function below counts the way its harness does, so an emoji is 2 chars for Pi and OpenCode.
+in code points; each function below counts the way its harness does, so an emoji is 2 chars
+for Pi and OpenCode.
 """
 
 from __future__ import annotations
