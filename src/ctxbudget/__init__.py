@@ -50,6 +50,7 @@ from ctxbudget.errors import (
     MissingDependencyError,
     PromptFloorExceeded,
     ProviderError,
+    RequestOverRateLimitError,
     TraceFormatError,
     UnknownNameError,
 )
@@ -142,6 +143,7 @@ __all__ = [
     "Request",
     "RequestCount",
     "RequestCounter",
+    "RequestOverRateLimitError",
     "RetryPolicy",
     "SessionSummary",
     "Summarizer",

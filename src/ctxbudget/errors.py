@@ -12,7 +12,9 @@
      ├── CompactionError           compaction could not bring the request under the window
      ├── ArchiveError              the session archive cannot be read, locked or appended
      └── ProviderError             a model server failed (after bounded retries)
-          └── ContextOverflowError the server rejected the request as too long for its window
+          ├── ContextOverflowError the server rejected the request as too long for its window
+          └── RequestOverRateLimitError  the request alone exceeds a per-minute token limit
+                                   (never retried: waiting cannot help)
 
 Each message says what is wrong and, where there is one, how to fix it.
 """
@@ -31,6 +33,7 @@ __all__ = [
     "MissingDependencyError",
     "PromptFloorExceeded",
     "ProviderError",
+    "RequestOverRateLimitError",
     "TraceFormatError",
     "UnknownNameError",
 ]
@@ -142,4 +145,24 @@ class ContextOverflowError(ProviderError):
     ) -> None:
         self.limit = limit
         self.prompt_tokens = prompt_tokens
+        super().__init__(message, status=status)
+
+
+class RequestOverRateLimitError(ProviderError):
+    """Raised when one request is larger than the provider's token rate limit (e.g. TPM).
+
+    Not an overflow and not a throttle: the request would be refused after any wait, so it is
+    never retried. ``requested`` and ``limit`` are the counts the server states, when it does.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        requested: int | None = None,
+        limit: int | None = None,
+    ) -> None:
+        self.requested = requested
+        self.limit = limit
         super().__init__(message, status=status)

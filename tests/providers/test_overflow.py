@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxbudget.errors import ContextOverflowError
+from ctxbudget.errors import ContextOverflowError, RequestOverRateLimitError
 from ctxbudget.providers.overflow import (
     OVERFLOW_MESSAGES,
     THROTTLING_MESSAGES,
@@ -262,11 +262,72 @@ def test_server_error_text_is_short() -> None:
     assert len(text) == 50 and text.endswith("...")
 
 
+# Random text, and text made of the words the classifier reads numbers from.
+ERROR_TEXT = st.text(max_size=300) | st.from_regex(
+    r"(Requested|Limit|TPM|tokens|maximum|exceeds|>|,| |\d{1,7}){1,16}", fullmatch=True
+)
+
+
 @settings(max_examples=200)
-@given(status=st.none() | st.integers(100, 599), text=st.text(max_size=300))
+@given(status=st.none() | st.integers(100, 599), text=ERROR_TEXT)
 def test_classifier_never_fails_and_stays_on_one_line(status: int | None, text: str) -> None:
     error = classify_error(status, text)
-    assert error is None or isinstance(error, ContextOverflowError)
+    assert error is None or isinstance(error, ContextOverflowError | RequestOverRateLimitError)
     if error is not None:
         assert "\n" not in str(error)
         assert error.limit is None or error.limit > 0
+
+
+@pytest.mark.parametrize(
+    ("body", "limit"),
+    [
+        (
+            {
+                "error": {
+                    "message": "Prompt tokens (9000) exceeds context size (8192)",
+                    "type": "context_exceeded",
+                    "n_prompt_tokens": 9000,
+                    "n_ctx": 8192,
+                }
+            },
+            8192,
+        ),
+        ({"error": {"message": "bad request", "type": "context_exceeded", "n_ctx": 4096}}, 4096),
+        ({"code": "1261", "message": "请求参数错误"}, None),
+        (
+            {
+                "error": {
+                    "code": 400,
+                    "message": "Request contains 2000000 tokens; the model accepts 1048576.",
+                    "status": "INVALID_ARGUMENT",
+                }
+            },
+            None,
+        ),
+    ],
+    ids=["ds4-type-and-n_ctx", "type-alone", "zhipu-code-1261", "gemini-invalid-argument"],
+)
+def test_error_codes_and_structured_bodies_are_overflow(body: object, limit: int | None) -> None:
+    text = json.dumps(body, ensure_ascii=False)
+    error = classify_error(400, text)
+    assert isinstance(error, ContextOverflowError)
+    assert error.limit == limit
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"code": "1210", "message": "API 调用参数有误，请检查文档。"},
+        {"error": {"code": 400, "message": "API key not valid.", "status": "INVALID_ARGUMENT"}},
+        {
+            "error": {
+                "code": 400,
+                "message": "max_output_tokens must be less than 65537 tokens",
+                "status": "INVALID_ARGUMENT",
+            }
+        },
+    ],
+    ids=["zhipu-bad-params", "gemini-bad-key", "gemini-output-limit"],
+)
+def test_other_codes_and_invalid_arguments_are_not_overflow(body: object) -> None:
+    assert classify_error(400, json.dumps(body, ensure_ascii=False)) is None

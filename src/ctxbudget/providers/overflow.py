@@ -1,317 +1,149 @@
-"""The documented table of real context-overflow error messages, and the classifier built on it.
+"""Which failed responses are context overflows: the documented tables, then a structural fallback.
 
-Throttling that mentions tokens (Bedrock's "Too many tokens", per-minute limits) is not overflow.
+Throttling, billing and output-limit errors that mention tokens are never overflow; a request
+larger than a per-minute token limit is its own error, which no wait can cure.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
-from ctxbudget.errors import ContextOverflowError
+from ctxbudget.errors import ContextOverflowError, RequestOverRateLimitError
+from ctxbudget.providers.overflow_table import (
+    BILLING_MESSAGES,
+    LOCALIZED_OVERFLOW,
+    OVERFLOW_MESSAGES,
+    THROTTLING_MESSAGES,
+    KnownMessage,
+    N,
+)
 
 __all__ = [
+    "LOCALIZED_OVERFLOW",
     "OVERFLOW_MESSAGES",
     "THROTTLING_MESSAGES",
     "KnownMessage",
     "classify_error",
+    "is_structural_overflow",
     "is_throttling",
     "overflow_limit",
     "server_error_text",
 ]
 
-_N = r"\d[\d,]*"  # a token count, possibly with thousands separators ("40,000")
-_PI = "Pi packages/ai/src/utils/overflow.ts (badlogic/pi-mono)"
+_FLAGS = re.IGNORECASE | re.DOTALL
+_NUM = rf"(?<![\d,.])({N})"  # a whole count, never the tail of a longer number
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class KnownMessage:
-    """A provider's error message: the pattern we match, a real example and where it is from.
-
-    Named groups ``limit`` (the real window) and ``prompt`` (the prompt's size) capture the
-    numbers when the message states them.
-    """
-
-    provider: str
-    pattern: re.Pattern[str]
-    example: str
-    source: str
-
-
-def _entry(provider: str, regex: str, example: str, source: str) -> KnownMessage:
-    pattern = re.compile(regex, re.IGNORECASE | re.DOTALL)
-    return KnownMessage(provider=provider, pattern=pattern, example=example, source=source)
-
-
-# Order matters: entries that capture numbers come before looser entries matching the same text.
-OVERFLOW_MESSAGES: tuple[KnownMessage, ...] = (
-    _entry(
-        "vllm",
-        rf"maximum context length is (?P<limit>{_N}) tokens\. However, you requested "
-        rf"{_N} tokens \((?P<prompt>{_N}) in the messages",
-        "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
-        "(4000 in the messages, 1000 in the completion). Please reduce the length of the "
-        "messages or completion.",
-        "vLLM serving_engine.py (older releases); DeepSeek sends the same text",
-    ),
-    _entry(
-        "vllm",
-        rf"maximum context length is (?P<limit>{_N}) tokens\. However, your request has "
-        rf"(?P<prompt>{_N}) input tokens",
-        "This model's maximum context length is 32768 tokens. However, your request has 40000 "
-        "input tokens. Please reduce the length of the input messages.",
-        "vLLM serving_engine.py _validate_input (newer releases)",
-    ),
-    _entry(
-        "vllm",
-        rf"maximum context length is (?P<limit>{_N}) tokens and your request has "
-        rf"(?P<prompt>{_N}) input tokens",
-        "'max_tokens' or 'max_completion_tokens' is too large: 1000. This model's maximum "
-        "context length is 4096 tokens and your request has 3500 input tokens "
-        "(1000 > 4096 - 3500).",
-        "vLLM serving_engine.py: prompt fits but prompt + max_tokens does not",
-    ),
-    _entry(
-        "openai",
-        rf"maximum context length is (?P<limit>{_N}) tokens\. However, your messages "
-        rf"resulted in (?P<prompt>{_N}) tokens",
-        "This model's maximum context length is 128000 tokens. However, your messages resulted "
-        "in 130000 tokens. Please reduce the length of the messages.",
-        "OpenAI chat completions, error code context_length_exceeded",
-    ),
-    _entry(
-        "openrouter",
-        rf"maximum context length is (?P<limit>{_N}) tokens\. However, you requested about "
-        rf"{_N} tokens \((?P<prompt>{_N}) of text input",
-        "This endpoint's maximum context length is 8192 tokens. However, you requested about "
-        "12000 tokens (10000 of text input, 2000 in the output). Please reduce the length of "
-        'either one, or use the "middle-out" transform to compress your prompt automatically.',
-        f"OpenRouter errors (all backends); {_PI}",
-    ),
-    _entry(
-        "openai-compatible",
-        rf"maximum context length is (?P<limit>{_N}) tokens",
-        "This model's maximum context length is 131072 tokens",
-        f"OpenAI, vLLM, OpenRouter, DeepSeek; {_PI}",
-    ),
-    _entry(
-        "anthropic",
-        rf"prompt is too long(?::\s*(?P<prompt>{_N}) tokens\s*>\s*(?P<limit>{_N}) maximum)?",
-        "prompt is too long: 213462 tokens > 200000 maximum",
-        f"Anthropic Messages API invalid_request_error; {_PI}",
-    ),
-    _entry(
-        "anthropic",
-        r"request_too_large",
-        '{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the '
-        'maximum allowed number of bytes."}}',
-        "Anthropic API errors: HTTP 413 request_too_large",
-    ),
-    _entry(
-        "bedrock",
-        r"input is too long for requested model",
-        "ValidationException: Input is too long for requested model.",
-        f"AWS Bedrock ValidationException; {_PI}",
-    ),
-    _entry(
-        "openai",
-        r"exceeds the context window",
-        "Your input exceeds the context window of this model. Please adjust your input and try "
-        "again.",
-        f"OpenAI Responses and Completions APIs; {_PI}",
-    ),
-    _entry(
-        "gemini",
-        rf"input token count(?: \((?P<prompt>{_N})\))?.{{0,40}}?exceeds the maximum"
-        rf"(?: number of tokens allowed \((?P<limit>{_N})\))?",
-        "The input token count (1196265) exceeds the maximum number of tokens allowed (1048575).",
-        f"Google Gemini INVALID_ARGUMENT; {_PI}",
-    ),
-    _entry(
-        "xai",
-        rf"maximum prompt length is (?P<limit>{_N})(?: but the request contains "
-        rf"(?P<prompt>{_N}) tokens)?",
-        "This model's maximum prompt length is 131072 but the request contains 537812 tokens.",
-        f"xAI Grok; {_PI}",
-    ),
-    _entry(
-        "groq",
-        r"reduce the length of the messages",
-        "Please reduce the length of the messages or completion.",
-        f"Groq (code context_length_exceeded); {_PI}",
-    ),
-    _entry(
-        "copilot",
-        rf"(?:prompt token count of (?P<prompt>{_N}) )?exceeds the limit of (?P<limit>{_N})",
-        "prompt token count of 130000 exceeds the limit of 128000",
-        f"GitHub Copilot; {_PI}",
-    ),
-    _entry(
-        "llamacpp",
-        rf"request \((?P<prompt>{_N}) tokens\) exceeds the available context size "
-        rf"\((?P<limit>{_N}) tokens\)",
-        "request (4476 tokens) exceeds the available context size (4096 tokens), try increasing it",
-        "llama.cpp server, error type exceed_context_size_error (with n_prompt_tokens, n_ctx)",
-    ),
-    _entry(
-        "llamacpp",
-        r"exceeds the available context size|exceed_context_size_error",
-        "the request exceeds the available context size, try increasing it",
-        f"llama.cpp server (older releases); {_PI}",
-    ),
-    _entry(
-        "lmstudio",
-        r"greater than the context length",
-        "The number of tokens to keep from the initial prompt is greater than the context "
-        "length. Try to load the model with a larger context length, or provide a shorter input",
-        f"LM Studio; {_PI}",
-    ),
-    _entry(
-        "minimax",
-        r"context window exceeds limit",
-        "invalid params, context window exceeds limit (2013)",
-        f"MiniMax; {_PI}",
-    ),
-    _entry(
-        "kimi",
-        rf"exceeded model token limit(?::\s*(?P<limit>{_N})\s*\(requested:\s*(?P<prompt>{_N})\))?",
-        "Your request exceeded model token limit: 262144 (requested: 300000)",
-        f"Kimi For Coding (Moonshot); {_PI}",
-    ),
-    _entry(
-        "mistral",
-        rf"(?:prompt contains (?P<prompt>{_N}) tokens.{{0,60}}?)?too large for model with "
-        rf"(?P<limit>{_N}) maximum context length",
-        "Prompt contains 300000 tokens, too large for model with 131072 maximum context length",
-        f"Mistral; {_PI}",
-    ),
-    _entry(
-        "together",
-        rf"input \((?P<prompt>{_N}) tokens\) is longer than the model'?s context length "
-        rf"\((?P<limit>{_N}) tokens\)",
-        "The input (210000 tokens) is longer than the model's context length (200000 tokens)",
-        "Together AI; listed in later revisions of Pi's overflow table",
-    ),
-    _entry(
-        "zai",
-        r"model_context_window_exceeded",
+# Error codes and types that mean overflow wherever they sit in a JSON body. llama.cpp's
+# exceed_context_size_error and DS4's context_exceeded carry n_ctx; 1261 is Zhipu's code.
+_OVERFLOW_CODES = frozenset(
+    {
+        "context_length_exceeded",
+        "exceed_context_size_error",
+        "context_exceeded",
+        "request_too_large",
         "model_context_window_exceeded",
-        f"z.ai: a non-standard finish_reason on an overflowing request; {_PI}",
-    ),
-    _entry(
-        "ollama",
-        # "by N tokens" is the excess, not the window, so no limit can be read from it.
-        r"prompt too long; exceeded (?:max )?context length",
-        "prompt too long; exceeded max context length by 4096 tokens",
-        "Ollama OpenAI-compatible API (num_ctx exceeded with truncation off)",
-    ),
-    _entry(
-        "dashscope",
-        # N is DashScope's largest input, a little under the window; adopting it is safe.
-        rf"range of input length should be \[\s*1\s*,\s*(?P<limit>{_N})\s*\]",
-        "<400> InternalError.Algo.InvalidParameter: Range of input length should be [1, 129024]",
-        "Alibaba Cloud Model Studio (DashScope) error codes",
-    ),
-    _entry(
-        "openai",
-        r"context[_ ]length[_ ]exceeded",
-        '{"error": {"message": "Input too long.", "type": "invalid_request_error", '
-        '"param": "messages", "code": "context_length_exceeded"}}',
-        f"OpenAI and Groq error code; generic fallback in {_PI}",
-    ),
-    _entry(
-        "generic",
-        r"too many tokens",
-        "Request has too many tokens for this model",
-        f"generic fallback in {_PI}",
-    ),
-    _entry(
-        "generic",
-        r"token limit exceeded",
-        "token limit exceeded",
-        f"generic fallback in {_PI}",
-    ),
+        "context_window_exceeded",
+        "1261",
+    }
 )
 
-# Checked before the overflow table: a match here is never an overflow.
-THROTTLING_MESSAGES: tuple[KnownMessage, ...] = (
-    _entry(
-        "bedrock",
-        r"throttl",
-        "ThrottlingException: Too many tokens, please wait before trying again.",
-        "AWS Bedrock throttling; Pi's NON_OVERFLOW_PATTERNS",
-    ),
-    _entry(
-        "openai",
-        r"rate[ _-]?limit",
-        "Rate limit reached for gpt-4o in organization org-abc on tokens per min (TPM): "
-        "Limit 30000, Used 25000, Requested 8000. Please try again in 6s.",
-        "OpenAI 429 rate_limit_exceeded",
-    ),
-    _entry(
-        "anthropic",
-        r"rate_limit_error",
-        '{"type":"error","error":{"type":"rate_limit_error","message":"Number of request '
-        'tokens has exceeded your per-minute rate limit"}}',
-        "Anthropic 429 rate_limit_error",
-    ),
-    _entry(
-        "groq",
-        r"tokens per (?:min(?:ute)?|hour|day)|\bTP[MD]\b",
-        "Request too large for model `llama-3.1-8b-instant` in organization `org_01` service "
-        "tier `on_demand` on tokens per minute (TPM): Limit 6000, Requested 7000, please "
-        "reduce your message size and try again.",
-        "Groq 413 for a request over the per-minute token budget, not the window",
-    ),
-    _entry(
-        "generic",
-        r"too many requests",
-        "Too Many Requests",
-        "HTTP 429 reason phrase; Pi's NON_OVERFLOW_PATTERNS",
-    ),
-    _entry(
-        "openai",
-        r"quota|insufficient_quota",
-        "You exceeded your current quota, please check your plan and billing details.",
-        "OpenAI 429 insufficient_quota",
-    ),
-    _entry(
-        "gemini",
-        r"resource[ _]exhausted",
-        '{"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).", '
-        '"status": "RESOURCE_EXHAUSTED"}}',
-        "Google Gemini 429",
-    ),
-    _entry(
-        "generic",
-        r"service[ _]?unavailable",
-        "ServiceUnavailableException: Too many connections, please wait before trying again.",
-        "AWS Bedrock 503; Pi's NON_OVERFLOW_PATTERNS",
-    ),
+# The structural fallback: an overflow subject and an overflow shape in one sentence.
+_SUBJECT = re.compile(r"\b(?:tokens?|context|prompt|inputs?|messages?|length)\b", _FLAGS)
+_SHAPE = re.compile(
+    r"\bexceed(?:s|ed|ing)?\b|\btoo (?:long|large|big|many)\b"
+    r"|\b(?:more|greater|larger|longer) than\b|\bmax(?:imum)?\b|\blimits?\b|\boverflow(?:s|ed)?\b"
+    r"|\d\s*>\s*\d",
+    _FLAGS,
 )
+# Vetoes for the fallback only: a too-large max_tokens, a window too small for the client, an
+# image too big, Go's "context deadline exceeded" (a timeout): compaction cures none of them.
+_NOT_OVERFLOW = re.compile(
+    r"max_(?:new_|completion_|output_)?tokens|maxoutputtokens|\boutput tokens?\b"
+    r"|\bcompletion tokens?\b|too small|\bminimum\b|\bimages?\b|\bpixels?\b|\bupload\b"
+    r"|\bdeadline\b|\btimed? ?out\b",
+    _FLAGS,
+)
+_SENTENCE_END = re.compile(r"(?<!\d)[.;!?](?!\d)|\n")
+
+# The stated window, for messages no table entry reads: "X > Y", "X exceeds ... Y",
+# "while limit is Y", "maximum ... Y tokens". "by N tokens" is an excess, never a window.
+_TOKENS_WORD = re.compile(r"\btokens?\b|トークン|토큰", _FLAGS)
+_OTHER_UNITS = re.compile(r"\b(?:characters?|chars|bytes|strings?|pixels?|[kmg]i?b)\b", _FLAGS)
+_NOT_TOKENS = r"(?!\s*(?:bytes|characters|chars|pixels|[kmg]i?b)\b)"
+_LIMIT = rf"(?<!by )(?<!by \(){_NUM}{_NOT_TOKENS}"
+_STATED_LIMITS = tuple(
+    re.compile(regex, _FLAGS)
+    for regex in (
+        rf"{_NUM}(?:\s*tokens?)?(?:\s*\+\s*{N})?\s*>\s*{_LIMIT}",
+        rf"{_NUM}[^0-9]{{0,25}}?(?:exceeds?|exceeded|is (?:more|greater|larger|longer) than)\b"
+        rf"[^0-9]{{0,60}}?\(?{_LIMIT}",
+        rf"\blimit (?:is|of)\s*{_LIMIT}",
+        rf"(?:\bmax(?:imum|imal|imale|imo|ima)?\b|\bmáxim[ao]\b|\blimite?\b|límite|上限|最大)"
+        rf"[^0-9().,;:]{{0,40}}?\(?{_LIMIT}",
+    )
+)
+
+# A request bigger than a rate limit: per-minute (or hour/day) words and Requested > Limit.
+_RATE_WINDOW = re.compile(
+    r"tokens per (min(?:ute)?|hour|day)|\bT[PR]([MD])\b|per[- ]minute", _FLAGS
+)
+_REQUESTED = re.compile(rf"\brequested\b[:\s]*{_NUM}", _FLAGS)
+_RATE_LIMIT = re.compile(rf"\blimit\b[:\s]*{_NUM}", _FLAGS)
+_OVER_RATE = re.compile(rf"{_NUM}\s*>\s*{_NUM}\s*T[PR][MD]\b", _FLAGS)
+_TOO_LARGE = re.compile(r"\brequest too large\b", _FLAGS)
+
+# Error sentences are short; a huge body is an echo or an HTML page. Reading its head and tail
+# keeps the work per response bounded (the regexes are linear, but 40 of them add up).
+_HEAD, _TAIL = 24_576, 8_192
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= _HEAD + _TAIL else f"{text[:_HEAD]}\n{text[-_TAIL:]}"
 
 
 def is_throttling(text: str) -> bool:
     """True when the text reads as rate limiting or quota, which no compaction can cure."""
-    return any(entry.pattern.search(text) for entry in THROTTLING_MESSAGES)
+    return _any(THROTTLING_MESSAGES, _bounded(text))
+
+
+def is_structural_overflow(text: str) -> bool:
+    """True when one sentence speaks of tokens/context/length with an exceeds/too-long shape.
+
+    The fallback for wordings no table names; throttling, billing, output-limit and image
+    errors never pass it.
+    """
+    text = _bounded(text)
+    if is_throttling(text) or _any(BILLING_MESSAGES, text):
+        return False
+    message = _json_message(text) or text
+    for sentence in _SENTENCE_END.split(message):
+        if _SUBJECT.search(sentence) and _SHAPE.search(sentence):
+            return _NOT_OVERFLOW.search(message) is None
+    return False
 
 
 def classify_error(
     status: int | None, body_text: str, *, provider: str | None = None
-) -> ContextOverflowError | None:
-    """The overflow error a failed response stands for, or None when it is something else.
+) -> ContextOverflowError | RequestOverRateLimitError | None:
+    """The error a failed response stands for when compaction or nothing can help, else None.
 
-    ``body_text`` is the response body as sent (JSON or not). HTTP 429 and any throttling
-    text are never overflow. HTTP 413 always is, and so is a body-less 400/413 from Cerebras.
+    ``body_text`` is the response body as sent (JSON or not). A request larger than a
+    per-minute token limit is a `RequestOverRateLimitError` (never retried). Otherwise HTTP
+    402/429, throttling and billing text are never overflow; a documented message, an overflow
+    error code, a localised phrasing, the structural fallback, HTTP 413 or a body-less
+    400/413 from Cerebras is a `ContextOverflowError`.
     """
-    text = body_text or ""
-    if status == 429 or is_throttling(text):
+    text = _bounded(body_text or "")
+    over_rate = _over_rate_limit(status, text, provider)
+    if over_rate is not None:
+        return over_rate
+    if status in (402, 429) or is_throttling(text) or _any(BILLING_MESSAGES, text):
+        return None
+    if not _is_overflow(status, text, provider):
         return None
     limit, prompt = _numbers(text)
-    if _match(text) is None and not _overflow_status(status, text, provider):
-        return None
     return ContextOverflowError(
         _overflow_message(provider, limit, prompt, text),
         status=status,
@@ -322,7 +154,7 @@ def classify_error(
 
 def overflow_limit(text: str) -> int | None:
     """The real context window an overflow message states, or None when it states none."""
-    return _numbers(text)[0]
+    return _numbers(_bounded(text))[0]
 
 
 def server_error_text(body_text: str, max_chars: int = 200) -> str:
@@ -334,24 +166,67 @@ def server_error_text(body_text: str, max_chars: int = 200) -> str:
     return text or "(empty body)"
 
 
-def _match(text: str) -> re.Match[str] | None:
-    for entry in OVERFLOW_MESSAGES:
-        found = entry.pattern.search(text)
-        if found is not None:
-            return found
-    return None
+def _any(entries: tuple[KnownMessage, ...], text: str) -> bool:
+    return any(entry.pattern.search(text) for entry in entries)
 
 
-def _overflow_status(status: int | None, text: str, provider: str | None) -> bool:
-    if status == 413:
+def _is_overflow(status: int | None, text: str, provider: str | None) -> bool:
+    return (
+        _any(OVERFLOW_MESSAGES, text)
+        or _any(LOCALIZED_OVERFLOW, text)
+        or _structured_overflow(text)
+        or is_structural_overflow(text)
+        or status == 413
+        # Cerebras answers an overflow with a bare 400 or 413 and no body (Pi overflow.ts).
+        or (provider == "cerebras" and status in (400, 413) and not text.strip())
+    )
+
+
+def _over_rate_limit(
+    status: int | None, text: str, provider: str | None
+) -> RequestOverRateLimitError | None:
+    window = _RATE_WINDOW.search(text)
+    if window is None:
+        return None
+    requested, limit = _first_int(_REQUESTED, text), _first_int(_RATE_LIMIT, text)
+    over = _OVER_RATE.search(text)
+    if over is not None:
+        requested, limit = _int(over.group(1)), _int(over.group(2))
+    bigger = requested is not None and limit is not None and requested > limit
+    if not bigger and (_TOO_LARGE.search(text) is None or requested is not None):
+        return None  # the request fits the budget: plain throttling, worth a wait
+    period = _period(window)
+    sizes = f" ({requested:,} tokens requested, {limit:,} allowed {period})" if bigger else ""
+    return RequestOverRateLimitError(
+        f"request too large for the {provider or 'model'} server's token rate limit{sizes}; "
+        "waiting will not help: shrink the request (compact the conversation, lower max_tokens) "
+        f"or raise the limit with the provider: {server_error_text(text)}",
+        status=status,
+        requested=requested,
+        limit=limit,
+    )
+
+
+def _period(window: re.Match[str]) -> str:
+    unit = (window.group(1) or window.group(2) or "m").lower()
+    return {"h": "per hour", "d": "per day"}.get(unit[0], "per minute")
+
+
+def _structured_overflow(text: str) -> bool:
+    """An overflow code or type in the JSON body, or Gemini's INVALID_ARGUMENT about tokens."""
+    fields = _error_fields(_loads(text))
+    if any(str(fields.get(key, "")).lower() in _OVERFLOW_CODES for key in ("code", "type")):
         return True
-    # Cerebras answers an overflow with a bare 400 or 413 and no body (Pi overflow.ts).
-    return provider == "cerebras" and status in (400, 413) and not text.strip()
+    message = str(fields.get("message", ""))
+    return fields.get("status") == "INVALID_ARGUMENT" and bool(
+        _TOKENS_WORD.search(message) and not _NOT_OVERFLOW.search(message)
+    )
 
 
 def _numbers(text: str) -> tuple[int | None, int | None]:
-    """(limit, prompt tokens) from the first table entry that states them, else from JSON."""
-    limit = prompt = None
+    """(limit, prompt tokens): JSON fields (llama.cpp, DS4), then the tables, then the shape."""
+    fields = _error_fields(_loads(text))
+    limit, prompt = _positive(fields.get("n_ctx")), _positive(fields.get("n_prompt_tokens"))
     for entry in OVERFLOW_MESSAGES:
         found = entry.pattern.search(text)
         if found is None:
@@ -361,16 +236,29 @@ def _numbers(text: str) -> tuple[int | None, int | None]:
         prompt = prompt if prompt is not None else _int(groups.get("prompt"))
         if limit is not None:
             break
-    fields = _llamacpp_fields(text)
-    return (
-        limit if limit is not None else fields.get("n_ctx"),
-        prompt if prompt is not None else fields.get("n_prompt_tokens"),
-    )
+    if limit is None and (_TOKENS_WORD.search(text) or not _OTHER_UNITS.search(text)):
+        limit = next(filter(None, (_last_int(regex, text) for regex in _STATED_LIMITS)), None)
+    return limit, prompt
+
+
+def _first_int(regex: re.Pattern[str], text: str) -> int | None:
+    found = regex.search(text)
+    return _int(found.group(1)) if found else None
+
+
+def _last_int(regex: re.Pattern[str], text: str) -> int | None:
+    found = regex.search(text)
+    return _int(found.groups()[-1]) if found else None
 
 
 def _int(digits: str | None) -> int | None:
     """A stated count; a stated 0 is no window at all, so it reads as unknown."""
     return (int(digits.replace(",", "")) or None) if digits else None
+
+
+def _positive(value: object) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return value if ok and isinstance(value, int) else None
 
 
 def _loads(text: str) -> Any:
@@ -380,24 +268,25 @@ def _loads(text: str) -> Any:
         return None
 
 
-def _llamacpp_fields(text: str) -> dict[str, int]:
-    """llama.cpp's exceed_context_size_error carries ``n_ctx`` and ``n_prompt_tokens``."""
-    body = _loads(text)
-    error = body.get("error") if isinstance(body, dict) else None
-    if not isinstance(error, dict):
+def _error_fields(body: Any, depth: int = 0) -> dict[str, Any]:
+    """The error object of a body: ``error`` (possibly JSON inside a string), else the body."""
+    if isinstance(body, list) and body:
+        body = body[0]  # Gemini wraps its error in a one-element list on some endpoints
+    if not isinstance(body, dict):
         return {}
-    return {
-        key: value
-        for key in ("n_ctx", "n_prompt_tokens")
-        if isinstance(value := error.get(key), int) and not isinstance(value, bool) and value > 0
-    }
+    error = body.get("error")
+    if isinstance(error, dict):
+        inner = _loads(error["message"]) if isinstance(error.get("message"), str) else None
+        nested = _error_fields(inner, depth + 1) if depth < 2 else {}
+        return nested or error
+    return body
 
 
 def _json_message(text: str) -> str | None:
     """``error.message``, ``error`` (Ollama), ``message`` (vLLM) or ``detail``, when present."""
     body = _loads(text)
     if isinstance(body, list) and body:
-        body = body[0]  # Gemini wraps its error in a one-element list on some endpoints
+        body = body[0]
     if not isinstance(body, dict):
         return None
     error = body.get("error")
