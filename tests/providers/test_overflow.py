@@ -331,3 +331,28 @@ def test_error_codes_and_structured_bodies_are_overflow(body: object, limit: int
 )
 def test_other_codes_and_invalid_arguments_are_not_overflow(body: object) -> None:
     assert classify_error(400, json.dumps(body, ensure_ascii=False)) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "overflow"),
+    [
+        (
+            "Invalid 'messages[17].content': string too long. Expected a string with maximum "
+            "length 1048576, but got a string with length 1744259 instead.",
+            True,
+        ),
+        (
+            "Invalid 'tools[0].function.name': string too long. Expected a string with maximum "
+            "length 64, but got a string with length 80 instead.",
+            False,
+        ),
+        (
+            "Invalid 'user': string too long. Expected a string with maximum length 64, but got "
+            "a string with length 70 instead.",
+            False,
+        ),
+    ],
+)
+def test_a_string_too_long_is_an_overflow_only_in_the_messages(text: str, overflow: bool) -> None:
+    # litellm excludes the 'user' parameter for the same reason: compaction cannot shorten it.
+    assert isinstance(classify_error(400, text), ContextOverflowError) is overflow

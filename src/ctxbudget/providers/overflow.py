@@ -62,7 +62,7 @@ _SHAPE = re.compile(
 _NOT_OVERFLOW = re.compile(
     r"max_(?:new_|completion_|output_)?tokens|maxoutputtokens|\boutput tokens?\b"
     r"|\bcompletion tokens?\b|too small|\bminimum\b|\bimages?\b|\bpixels?\b|\bupload\b"
-    r"|\bdeadline\b|\btimed? ?out\b",
+    r"|\bdeadline\b|\btimed? ?out\b|invalid '(?!(?:messages|input)\b)",
     _FLAGS,
 )
 _SENTENCE_END = re.compile(r"(?<!\d)[.;!?](?!\d)|\n")

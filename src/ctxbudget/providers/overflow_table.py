@@ -230,7 +230,9 @@ OVERFLOW_MESSAGES: tuple[KnownMessage, ...] = (
     ),
     _entry(
         "openai",
-        # OpenAI's per-string cap on message content, in characters.
+        # OpenAI's per-string cap on message content, in characters. Not a tool name or the
+        # 'user' field: those name their parameter, and compaction cannot shorten them.
+        r"(?:invalid '(?:messages|input)\b[^']*': |(?<!': ))"
         r"string too long\. expected a string with maximum length",
         "Invalid 'messages[17].content': string too long. Expected a string with maximum length "
         "1048576, but got a string with length 1744259 instead.",
