@@ -95,7 +95,7 @@ _OVER_RATE = re.compile(rf"{_NUM}\s*>\s*{_NUM}\s*T[PR][MD]\b", _FLAGS)
 _TOO_LARGE = re.compile(r"\brequest too large\b", _FLAGS)
 
 # Error sentences are short; a huge body is an echo or an HTML page. Reading its head and tail
-# keeps the work per response bounded (the regexes are linear, but 40 of them add up).
+# keeps the work per response bounded (each regex is linear, but there are dozens).
 _HEAD, _TAIL = 24_576, 8_192
 
 
@@ -127,7 +127,7 @@ def is_structural_overflow(text: str) -> bool:
 def classify_error(
     status: int | None, body_text: str, *, provider: str | None = None
 ) -> ContextOverflowError | RequestOverRateLimitError | None:
-    """The error a failed response stands for when compaction or nothing can help, else None.
+    """The overflow or over-rate-limit error a failed response stands for, else None.
 
     ``body_text`` is the response body as sent (JSON or not). A request larger than a
     per-minute token limit is a `RequestOverRateLimitError` (never retried). Otherwise HTTP
