@@ -15,9 +15,11 @@ from ctxbudget.budget.rules import (
     COMPACTION_SHARE,
     DEFAULT_COMPACTION_RESERVE,
     DEFAULT_REPLY_RESERVE,
+    LEARNED_REPLY_SHARE,
     REPLY_SHARE,
 )
 from ctxbudget.replay.analyze import ReplayResult
+from ctxbudget.replay.trace import as_table
 
 _ESCAPES = {
     "<": "\\u003c",
@@ -44,6 +46,24 @@ def _slider(result: ReplayResult) -> dict[str, int]:
     return {"min": step, "max": top, "step": step}
 
 
+def _calls(result: ReplayResult) -> list[list[int | bool]]:
+    """Per call: context, output, task start, after a recorded compaction, the window of its
+    model when the window follows the model (else 0), the request's max_tokens (else 0)."""
+    t = as_table(result.trace.calls)
+    by_model = result.windows[0].by_model or {}
+    return [
+        [
+            t.context[i],
+            t.output[i],
+            bool(t.task_start[i]),
+            bool(t.after_compaction[i]),
+            by_model.get(t.model_at(i) or "", 0),
+            t.max_tokens[i],
+        ]
+        for i in range(len(t))
+    ]
+
+
 def page_data(result: ReplayResult) -> dict[str, Any]:
     """What the page's script reads: calls, rules, defaults and Python's answers to check."""
     t = result.trace
@@ -52,7 +72,7 @@ def page_data(result: ReplayResult) -> dict[str, Any]:
         "model": t.model,
         "source": Path(t.source).name if t.source else "",
         "window": result.windows[0].window,
-        "calls": [[c.context_tokens, c.output_tokens, c.task_start] for c in t.calls],
+        "calls": _calls(result),
         "previews": list(result.previews),
         "policies": [
             {"name": p.name, "checked": list(p.checked), "parameters": p.parameters()}
@@ -63,17 +83,23 @@ def page_data(result: ReplayResult) -> dict[str, Any]:
             "default_compaction_reserve": DEFAULT_COMPACTION_RESERVE,
             "reply_share": REPLY_SHARE,
             "compaction_share": COMPACTION_SHARE,
+            "learned_reply_share": LEARNED_REPLY_SHARE,
         },
         "expected": [
             {
                 "window": w.window,
                 "wall": w.wall,
+                "walls": list(w.walls),
+                "per_model": w.by_model is not None,
                 "policies": [
                     {
                         "name": p.name,
                         "threshold": p.threshold,
                         "first_trigger": p.first_trigger,
                         "late": p.late,
+                        "fires": list(p.fires),
+                        "late_segments": p.late_segments,
+                        "mean_fill_at_fire": p.mean_fill_at_fire,
                     }
                     for p in w.policies
                 ],
