@@ -151,9 +151,7 @@ def _result(
     unresent = unresent_reasoning(trace)
     return ReplayResult(
         trace=trace,
-        windows=tuple(
-            replay_window(trace, w, chosen, unresent, by_model=by_model) for w in sizes
-        ),
+        windows=tuple(replay_window(trace, w, chosen, unresent, by_model=by_model) for w in sizes),
         estimators=estimator_accuracy(trace, counts),
         pitfall=reasoning_pitfall(trace),
         previews=previews,
