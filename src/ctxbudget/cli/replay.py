@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any
 
@@ -74,10 +75,33 @@ def _run(
         )
 
 
+def _session_files(paths: tuple[str, ...], scan: bool) -> list[str]:
+    from ctxbudget.replay.corpus import find_sessions, scan_roots
+
+    if not paths and not scan:
+        raise ConfigError("give a session file, a folder or a glob, or --scan")
+    if len(paths) == 1 and not scan and not os.path.isdir(paths[0]) and not _globby(paths[0]):
+        return [paths[0]]  # one file: its own errors (no such file, ...) say what is wrong
+    roots = [str(r) for r in scan_roots()] if scan else []
+    if scan and not roots:
+        raise ConfigError(
+            "--scan found no session folder: set CLAUDE_CONFIG_DIR, CODEX_HOME or "
+            "PI_CODING_AGENT_DIR, or pass the folders"
+        )
+    found, missing = find_sessions([*paths, *roots])
+    for warning in missing:
+        click.echo(f"warning: {warning}", err=True)
+    if not found:
+        raise ConfigError("no session files found (*.jsonl, *.traj.json) in the paths given")
+    return [str(f) for f in found]
+
+
+def _globby(text: str) -> bool:
+    return any(c in text for c in "*?[")
+
+
 def _size(path: str) -> int:
     try:
-        import os
-
         return os.stat(path).st_size
     except OSError:
         return 0
@@ -217,7 +241,14 @@ def _table(result: ReplayResult) -> None:
 
 
 @click.command("replay")
-@click.argument("file", type=click.Path(dir_okay=True))
+@click.argument("paths", nargs=-1)
+@click.option(
+    "--scan",
+    is_flag=True,
+    help="Replay every session in the default folders of Claude Code ($CLAUDE_CONFIG_DIR or "
+    "~/.claude/projects), Codex ($CODEX_HOME/sessions) and Pi (~/.pi/agent/sessions).",
+)
+@click.option("--workers", type=click.IntRange(min=1), help="Worker processes (default: CPUs).")
 @click.option(
     "--format", "fmt", type=click.Choice(FORMATS), help="Force a format instead of detecting it."
 )
@@ -234,7 +265,9 @@ def _table(result: ReplayResult) -> None:
     "--html", "html_path", type=click.Path(dir_okay=False), help="Write an interactive HTML page."
 )
 def replay_command(
-    file: str,
+    paths: tuple[str, ...],
+    scan: bool,
+    workers: int | None,
     fmt: str | None,
     windows: tuple[int, ...],
     rules: tuple[str, ...],
@@ -251,10 +284,31 @@ def replay_command(
       ctxbudget replay rollout.jsonl --window 128000 --window 272000 --json
       ctxbudget replay session.jsonl --policy pi --param pi.reserve_tokens=10000
       ctxbudget replay run.traj.json --plot replay.png --html replay.html
+      ctxbudget replay ~/sessions/ 'logs/**/*.jsonl' --window 200000 --json
+      ctxbudget replay --scan --html corpus.html
+
+    Several files, a folder (read recursively) or a glob replay as a corpus, in parallel: a
+    table per session and an aggregate per rule.
     """
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s", stream=sys.stderr)
     params = dict(_param(p) for p in param_texts)
-    result = _run(file, fmt, windows, rules, params, previews=bool(html_path))
+    files = _session_files(paths, scan)
+    if len(files) != 1 or scan or len(paths) != 1 or os.path.isdir(paths[0]):
+        from ctxbudget.cli.replay_corpus import run_corpus
+
+        run_corpus(
+            files,
+            fmt,
+            windows,
+            rules,
+            params,
+            as_json=as_json,
+            plot_path=plot_path,
+            html_path=html_path,
+            workers=workers,
+        )
+        return
+    result = _run(files[0], fmt, windows, rules, params, previews=bool(html_path))
     if plot_path:
         from ctxbudget.replay.plot import write_plot
 

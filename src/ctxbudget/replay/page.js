@@ -82,7 +82,7 @@
         }
         fireAt.push(fire);
         if (walls[k] !== null && (fire === null || fire > walls[k])) lateCount++;
-        if (fire !== null) fill += calls[fire][0] / size(fire);
+        if (fire !== null) fill += Math.min(1, calls[fire][0] / size(fire));
       }
       var fired = fireAt.filter(function (x) { return x !== null; });
       var trigger = fired.length ? fired[0] : null;

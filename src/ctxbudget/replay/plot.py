@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxbudget.replay.analyze import ReplayResult
-from ctxbudget.replay.replay import PolicyReplay, WindowReplay
+from ctxbudget.replay.corpus import SessionSummary, aggregate
+from ctxbudget.replay.replay import PolicyReplay, WindowReplay, recorded_compactions
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -14,6 +16,7 @@ if TYPE_CHECKING:
 _BAR = "#9db4d0"
 _THRESHOLD = "#d62728"
 _WINDOW = "#444444"
+_COMPACTION = "#2ca02c"
 
 
 def write_plot(result: ReplayResult, path: str | Path, *, window_index: int | None = None) -> Path:
@@ -65,14 +68,20 @@ def _panel(ax: Axes, result: ReplayResult, window: WindowReplay, policy: PolicyR
     ax.bar([c.index for c in calls], [c.context_tokens for c in calls], width=1.0, color=_BAR)
     ax.axhline(window.window, color=_WINDOW, linewidth=0.8, linestyle=":")
     ax.axhline(max(policy.threshold, 0), color=_THRESHOLD, linewidth=1.0)
-    if policy.first_trigger is not None:
-        ax.axvline(policy.first_trigger, color=_THRESHOLD, linewidth=1.2, linestyle="--")
-    if window.wall is not None:
-        ax.axvline(window.wall, color="#000000", linewidth=1.2)
+    for call in recorded_compactions(calls):  # the harness's own decisions
+        ax.axvline(call, color=_COMPACTION, linewidth=1.6)
+    for fire in policy.fires or (policy.first_trigger,):
+        if fire is not None:
+            ax.axvline(fire, color=_THRESHOLD, linewidth=1.2, linestyle="--")
+    for wall in window.walls or (window.wall,):
+        if wall is not None:
+            ax.axvline(wall, color="#000000", linewidth=1.2)
     fires = "never" if policy.first_trigger is None else f"at call {policy.first_trigger:,}"
     ax.set_title(
         f"{policy.name}: threshold {policy.threshold:,}, fires {fires}"
-        + (" (late)" if policy.late else ""),
+        + (" (late)" if policy.late else "")
+        + (f"; {policy.late_segments} of {policy.segments} segments late" if policy.segments > 1
+           else ""),
         fontsize=9,
         loc="left",
     )
@@ -96,4 +105,38 @@ def _legend_handles() -> list[Any]:
         Line2D([], [], color=_WINDOW, linewidth=0.8, linestyle=":", label="window"),
         Line2D([], [], color=_THRESHOLD, linewidth=1.2, linestyle="--", label="first trigger"),
         Line2D([], [], color="#000000", linewidth=1.2, label="wall (context + output > window)"),
+        Line2D([], [], color=_COMPACTION, linewidth=1.6, label="compaction the harness recorded"),
     ]
+
+
+def write_corpus_plot(summaries: Sequence[SessionSummary], path: str | Path) -> Path:
+    """The corpus view: per window, each rule's late segments and mean fill at fire."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = aggregate(summaries)
+    windows = sorted({r.window for r in rows})
+    fig, grid = plt.subplots(2, 1, figsize=(10, 6), squeeze=False)
+    names = list(dict.fromkeys(r.name for r in rows))
+    width = 0.8 / max(1, len(windows))
+    for k, window in enumerate(windows):
+        at = {r.name: r for r in rows if r.window == window}
+        xs = [n + k * width for n in range(len(names))]
+        grid[0][0].bar(xs, [at[n].late_segments for n in names], width, label=f"{window:,}")
+        fills = [100 * (at[n].mean_fill_at_fire or 0) for n in names]
+        grid[1][0].bar(xs, fills, width, label=f"{window:,}")
+    segments = sum(r.segments for r in rows if r.window == windows[0]) if windows else 0
+    grid[0][0].set_title(
+        f"{len(summaries)} sessions, {segments} segments: late segments per rule", loc="left"
+    )
+    grid[1][0].set_title("mean fill of the window at fire (%)", loc="left")
+    for ax in (grid[0][0], grid[1][0]):
+        ax.set_xticks([n + 0.4 - width / 2 for n in range(len(names))], names)
+        ax.legend(title="window", fontsize=8)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -197,12 +197,18 @@ def is_late(trigger: int | None, wall: int | None) -> bool:
     return trigger is None or trigger > wall
 
 
+def fill(context: int, window: int) -> float:
+    """The share of the window a context uses; one already over it (a segment that starts past
+    the window, when the harness's compaction took effect calls later) fills it, no more."""
+    return min(1.0, context / window)
+
+
 def _mean_fill(t: CallTable, sizes: Sequence[int], fires: Sequence[int | None]) -> float | None:
     at = [f for f in fires if f is not None]
     if not at:
         return None
     position = {index: i for i, index in enumerate(t.call_index)}
-    return sum(t.context[position[f]] / sizes[position[f]] for f in at) / len(at)
+    return sum(fill(t.context[position[f]], sizes[position[f]]) for f in at) / len(at)
 
 
 def replay_window(
