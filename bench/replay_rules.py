@@ -59,9 +59,7 @@ def table(rows: dict[tuple[int, str], list[float]], windows: tuple[int, ...], n:
             if w != window:
                 continue
             mean = f"{100 * fill / fires:.1f}%" if fires else "-"
-            out.append(
-                f"| {w:,} | {name} | {segs:.0f} | {late:.0f} | {unforeseen:.0f} | {mean} |"
-            )
+            out.append(f"| {w:,} | {name} | {segs:.0f} | {late:.0f} | {unforeseen:.0f} | {mean} |")
         out.append(f"| {window:,} | **ours ok** | | | | {verdict(rows, window)} |")
     return out
 
@@ -74,8 +72,11 @@ def verdict(rows: dict[tuple[int, str], list[float]], window: int) -> str:
     rivals = [r for r in late if r not in ("ctxbudget", "corecoder") and late[r] <= mine[1]]
     best = all(mean["ctxbudget"] >= mean[r] for r in rivals)
     beaten = [r for r in rivals if mean[r] > mean["ctxbudget"]]
-    return "yes" if fewer and best else f"no ({'more late' if not fewer else 'fill below'} "\
-        f"{', '.join(beaten)})"
+    return (
+        "yes"
+        if fewer and best
+        else f"no ({'more late' if not fewer else 'fill below'} {', '.join(beaten)})"
+    )
 
 
 def main() -> None:
@@ -88,8 +89,15 @@ def main() -> None:
         key, _, value = text.partition("=")
         params[key] = int(value) if value.lstrip("-").isdigit() else value == "true"
     windows = tuple(args.window or WINDOWS)
-    lines = ["# Rules on recorded sessions: late segments and fill", "", "Command:", "",
-             "    PYTHONPATH=src python bench/replay_rules.py", "", *run(windows, params)]
+    lines = [
+        "# Rules on recorded sessions: late segments and fill",
+        "",
+        "Command:",
+        "",
+        "    PYTHONPATH=src python bench/replay_rules.py",
+        "",
+        *run(windows, params),
+    ]
     text = "\n".join(lines) + "\n"
     if not args.window and not args.param:
         (Path(__file__).parent / "replay_rules.md").write_text(text, encoding="utf-8")

@@ -93,7 +93,7 @@ def _tables(summaries: list[SessionSummary]) -> None:
     table.add_column("format", no_wrap=True)
     for col in ("calls", "peak", "comp."):
         table.add_column(col, justify="right", no_wrap=True, min_width=5)
-    table.add_column("late", no_wrap=True)
+    table.add_column("late", overflow="fold")
     for s in summaries:
         models = ", ".join(s.models[:3]) + (f" +{len(s.models) - 3}" if len(s.models) > 3 else "")
         table.add_row(

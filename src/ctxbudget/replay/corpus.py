@@ -272,6 +272,6 @@ def write_corpus_json(summaries: Sequence[SessionSummary], out: Any) -> None:
         with open(s.document, encoding="utf-8") as doc:
             for k, line in enumerate(doc):
                 out.write(("\n    " if k else "") + line.rstrip("\n"))
-    out.write("\n  ],\n  \"aggregate\": ")
+    out.write('\n  ],\n  "aggregate": ')
     out.write(json.dumps(aggregate_json(aggregate(summaries)), indent=2).replace("\n", "\n  "))
     out.write("\n}\n")

@@ -80,8 +80,11 @@ def _panel(ax: Axes, result: ReplayResult, window: WindowReplay, policy: PolicyR
     ax.set_title(
         f"{policy.name}: threshold {policy.threshold:,}, fires {fires}"
         + (" (late)" if policy.late else "")
-        + (f"; {policy.late_segments} of {policy.segments} segments late" if policy.segments > 1
-           else ""),
+        + (
+            f"; {policy.late_segments} of {policy.segments} segments late"
+            if policy.segments > 1
+            else ""
+        ),
         fontsize=9,
         loc="left",
     )
