@@ -30,19 +30,18 @@
     return NaN;
   }
   function ctxbudgetReserve(p, w, largest, maxTokens) {
-    // Mirrors CtxbudgetPolicy.reply_reserve: the max output asked for (the request's when the
-    // trace records it), capped; at least the largest reply seen so far, up to W/2.
-    // Defaults shrink with small windows (W/4 reply, W/16 compaction).
+    // Mirrors CtxbudgetPolicy.reserve_in_session: reply reserve (the max output asked for, the
+    // request's when the trace records it, capped) + compaction reserve, or the largest reply
+    // seen so far (up to W/2) when larger. Defaults shrink with small windows (W/4, W/16).
     var C = DATA.constants;
     var wanted = maxTokens ? maxTokens : p.max_output;
     if (wanted === null || wanted === undefined) {
       wanted = Math.max(1, Math.min(C.default_reply_reserve, Math.floor(w / C.reply_share)));
     }
-    var reply = Math.max(Math.min(wanted, p.reply_cap), Math.min(largest, Math.floor(w / C.learned_reply_share)));
     var compaction = p.compaction_reserve === null || p.compaction_reserve === undefined
       ? Math.max(1, Math.min(C.default_compaction_reserve, Math.floor(w / C.compaction_share)))
       : p.compaction_reserve;
-    return reply + compaction;
+    return Math.max(Math.min(wanted, p.reply_cap) + compaction, Math.min(largest, Math.floor(w / C.learned_reply_share)));
   }
   function fires(name, p, tokens, w, largest, maxTokens) {
     var t = name === "ctxbudget" ? w - ctxbudgetReserve(p, w, largest, maxTokens) : thresholdOf(name, p, w);
