@@ -393,9 +393,7 @@ class CtxbudgetPolicy(Policy):
     def fires_in_session(
         self, tokens: int, window: int, *, largest_reply: int = 0, max_output: int | None = None
     ) -> bool:
-        line = self.threshold_in_session(
-            window, largest_reply=largest_reply, max_output=max_output
-        )
+        line = self.threshold_in_session(window, largest_reply=largest_reply, max_output=max_output)
         return tokens > line
 
 

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from ctxbudget.errors import ConfigError
 from ctxbudget.replay.analyze import ReplayResult, replay_file, write_json
-from ctxbudget.replay.replay import WindowReplay
+from ctxbudget.replay.replay import WindowReplay, recorded_compactions
 from ctxbudget.replay.trace import FORMATS
 from ctxbudget.replay.windows import suggest_window
 
@@ -126,12 +126,22 @@ def _header(result: ReplayResult) -> str:
     source = _SOURCES.get(result.window_source, result.window_source)
     skipped = f", {t.skipped_lines:,} skipped lines" if t.skipped_lines else ""
     # The model name comes from the trace: escaped, "[red]" in it stays text.
-    return (
+    text = (
         f"[bold]{escape(t.format)}[/] {escape(t.model or 'unknown model')}: "
         f"{len(t.calls):,} calls, "
         f"peak context {_peak(result):,}{skipped}\n"
         f"window{'s' if len(result.windows) > 1 else ''} {sizes} ({escape(source)})"
     )
+    by_model = result.windows[0].by_model
+    if by_model and len(set(by_model.values())) > 1:
+        text += "\n" + ", ".join(f"{escape(m)} {w:,}" for m, w in by_model.items())
+    compactions = recorded_compactions(t.calls)
+    if compactions:
+        shown = ", ".join(f"{c:,}" for c in compactions[:10])
+        more = f" and {len(compactions) - 10:,} more" if len(compactions) > 10 else ""
+        text += f"\nthe harness compacted before call{'s' if len(compactions) > 1 else ''} "
+        text += f"{shown}{more}: {len(compactions) + 1:,} segments"
+    return text
 
 
 def _peak(result: ReplayResult) -> int:
@@ -151,6 +161,9 @@ def _rules_table(w: WindowReplay) -> Table:
     table.add_column("threshold", justify="right", no_wrap=True)
     table.add_column("fires", justify="right", no_wrap=True)
     table.add_column("late", no_wrap=True)
+    segmented = any(p.segments > 1 for p in w.policies)
+    if segmented:
+        table.add_column("late seg.", justify="right", no_wrap=True)
     if reads_total:
         table.add_column("on total", justify="right", no_wrap=True)
     for p in w.policies:
@@ -161,6 +174,9 @@ def _rules_table(w: WindowReplay) -> Table:
             _call(p.first_trigger),
             "[bold red]✗ late[/]" if p.late else "no",
         ]
+        if segmented:
+            late = f"{p.late_segments}/{p.segments}"
+            row.append(f"[bold red]{late}[/]" if p.late_segments else late)
         if reads_total:
             row.append(_call(p.first_trigger_reading_total))
         table.add_row(*row)
@@ -172,9 +188,15 @@ def _rules_notes(result: ReplayResult) -> list[str]:
     notes = [
         "checks: before each request / after each step / task end: when a user task ends",
         "fires: the call before which the rule would first compact",
+        "threshold: ctxbudget's line at the start; it keeps free the largest reply seen",
         "late: ✗ = fires after the wall (the first call whose context + output > window)",
         "      or never fires although the wall is hit",
     ]
+    if any(p.segments > 1 for w in result.windows for p in w.policies):
+        notes += [
+            "late seg.: segments (calls between the harness's compactions) where the wall",
+            "           came before the rule fired there; --json lists the fires per segment",
+        ]
     if any(_reads_total(w) for w in result.windows):
         notes += [
             "on total: where the rule would fire if it read the reported total",

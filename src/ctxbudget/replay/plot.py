@@ -68,8 +68,10 @@ def _panel(ax: Axes, result: ReplayResult, window: WindowReplay, policy: PolicyR
     ax.bar([c.index for c in calls], [c.context_tokens for c in calls], width=1.0, color=_BAR)
     ax.axhline(window.window, color=_WINDOW, linewidth=0.8, linestyle=":")
     ax.axhline(max(policy.threshold, 0), color=_THRESHOLD, linewidth=1.0)
-    for call in recorded_compactions(calls):  # the harness's own decisions
-        ax.axvline(call, color=_COMPACTION, linewidth=1.6)
+    for call in recorded_compactions(calls):  # the harness's own decisions, under the rest
+        ax.axvline(call, color=_COMPACTION, linewidth=4, alpha=0.6, zorder=0)
+        ax.plot(call, 1.0, marker="v", color=_COMPACTION, clip_on=False,
+                transform=ax.get_xaxis_transform())  # fmt: skip
     for fire in policy.fires or (policy.first_trigger,):
         if fire is not None:
             ax.axvline(fire, color=_THRESHOLD, linewidth=1.2, linestyle="--")
@@ -106,9 +108,24 @@ def _legend_handles() -> list[Any]:
         Patch(color=_BAR, label="context per call"),
         Line2D([], [], color=_THRESHOLD, linewidth=1.0, label="the rule's threshold"),
         Line2D([], [], color=_WINDOW, linewidth=0.8, linestyle=":", label="window"),
-        Line2D([], [], color=_THRESHOLD, linewidth=1.2, linestyle="--", label="first trigger"),
+        Line2D(
+            [],
+            [],
+            color=_THRESHOLD,
+            linewidth=1.2,
+            linestyle="--",
+            label="the rule fires (first per segment)",
+        ),
         Line2D([], [], color="#000000", linewidth=1.2, label="wall (context + output > window)"),
-        Line2D([], [], color=_COMPACTION, linewidth=1.6, label="compaction the harness recorded"),
+        Line2D(
+            [],
+            [],
+            color=_COMPACTION,
+            linewidth=4,
+            alpha=0.6,
+            marker="v",
+            label="compaction the harness recorded",
+        ),
     ]
 
 
