@@ -89,10 +89,10 @@ def _session_files(paths: tuple[str, ...], scan: bool) -> list[str]:
             "PI_CODING_AGENT_DIR, or pass the folders"
         )
     found, missing = find_sessions([*paths, *roots])
+    if not found:
+        raise ConfigError("; ".join(missing) or "no session files found (*.jsonl, *.traj.json)")
     for warning in missing:
         click.echo(f"warning: {warning}", err=True)
-    if not found:
-        raise ConfigError("no session files found (*.jsonl, *.traj.json) in the paths given")
     return [str(f) for f in found]
 
 

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 from rich.table import Table
 
+from ctxbudget.errors import ConfigError
 from ctxbudget.replay.corpus import (
     Job,
     SessionSummary,
@@ -41,7 +42,7 @@ def run_corpus(
         jobs = [Job(f, fmt, windows, rules, params, tmp if as_json else None) for f in files]
         summaries = _replay(jobs, err, workers)
         if not summaries:
-            raise click.ClickException("no session could be replayed (see the warnings above)")
+            raise ConfigError("no session could be replayed (see the warnings above)")
         if plot_path:
             from ctxbudget.replay.plot import write_corpus_plot
 

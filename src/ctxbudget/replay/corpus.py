@@ -62,7 +62,8 @@ def find_sessions(paths: Iterable[str]) -> tuple[list[Path], list[str]]:
                 found.append(path)
                 hit = True
         if not hit:
-            missing.append(f"{text}: no such file or folder, or no session files in it")
+            missing.append(f"{text}: no such file or folder, or no session file (*.jsonl, "
+                           "*.traj.json) in it")  # fmt: skip
     unique = list(dict.fromkeys(found))
     return unique, missing
 
@@ -189,8 +190,8 @@ def _attempt(job: Job) -> SessionSummary | str:
         return replay_one(job)
     except CtxbudgetError as e:
         return " ".join(str(e).split())
-    except (OSError, ValueError, MemoryError, RecursionError) as e:
-        return f"{job.path}: {type(e).__name__}: {' '.join(str(e).split())}"
+    except Exception as e:  # one session's failure must not end the run
+        return f"{job.path}: internal error {type(e).__name__}: {' '.join(str(e).split())}"
 
 
 def _record(
