@@ -247,3 +247,14 @@ def test_self_check_passes_with_compactions_and_per_model_windows(
     assert ours.fires[0] == 11  # only the learned reserve (9,000 > 6,144) fires at 120,100
     row = next(r for r in summary_rows(browser) if r[0] == "ctxbudget")
     assert row[5] == f"{ours.late_segments} of 3"
+
+
+@pytest.mark.browser
+def test_learned_line_is_drawn_as_it_moves(browser: Any, tmp_path: Path) -> None:
+    result = replay_file(shared_trace("pi"), windows=[380_000], estimators=EST)
+    open_page(browser, write_html(result, tmp_path / "moves.html"))
+    assert badge(browser)[0] == "passed"
+    moving = browser.find_elements("css selector", "svg.panel path.threshold[data-moves='true']")
+    assert [m.find_element("xpath", "..").get_attribute("data-policy") for m in moving] == [
+        "ctxbudget"  # its reserve grows to the 16,121-token reply at call 46
+    ]

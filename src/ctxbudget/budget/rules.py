@@ -128,6 +128,12 @@ class Policy:
         ``ctxbudget`` learns; the harnesses' rules keep their fixed lines."""
         return self.fires(tokens, window)
 
+    def threshold_in_session(
+        self, window: int, *, largest_reply: int = 0, max_output: int | None = None
+    ) -> int:
+        """`threshold`, once the session has shown replies of up to ``largest_reply``."""
+        return self.threshold(window)
+
     def compacts_every_request(self, window: int) -> bool:
         """True when even an empty context is over the line, as Pi and OpenCode at 2,400."""
         return self.fires(0, window)

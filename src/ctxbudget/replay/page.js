@@ -73,7 +73,12 @@
     wall = wall === undefined ? null : wall;
     var out = [];
     DATA.policies.forEach(function (policy) {
-      var p = params[policy.name], fireAt = [], lateCount = 0, fill = 0;
+      var p = params[policy.name], fireAt = [], lateCount = 0, fill = 0, lines = [];
+      for (i = 0; i < calls.length; i++) {
+        // The line as the session has taught it (ctxbudget's rises with the largest reply).
+        lines.push(policy.name === "ctxbudget" ? size(i) - ctxbudgetReserve(p, size(i), seen[i], calls[i][5])
+          : thresholdOf(policy.name, p, size(i)));
+      }
       for (k = 0; k < STARTS.length; k++) {
         var stop = k + 1 < STARTS.length ? STARTS[k + 1] : calls.length, fire = null;
         for (i = STARTS[k]; i < stop; i++) {
@@ -87,7 +92,8 @@
       var trigger = fired.length ? fired[0] : null;
       var late = wall !== null && (trigger === null || trigger > wall);
       out.push({ name: policy.name, threshold: thresholdOf(policy.name, p, w), first_trigger: trigger, late: late,
-        fires: fireAt, late_segments: lateCount, mean_fill_at_fire: fired.length ? fill / fired.length : null });
+        fires: fireAt, late_segments: lateCount, mean_fill_at_fire: fired.length ? fill / fired.length : null,
+        lines: lines });
     });
     return { window: w, wall: wall, walls: walls, policies: out };
   }
@@ -214,7 +220,15 @@
     });
     var right = G.width - G.right;
     svg.appendChild(el("line", { x1: G.left, x2: right, y1: s.y(state.window), y2: s.y(state.window), "class": "window" }));
-    svg.appendChild(el("line", { x1: G.left, x2: right, y1: s.y(r.threshold), y2: s.y(r.threshold), "class": "threshold" }));
+    var moves = r.lines.some(function (v) { return v !== r.lines[0]; });
+    if (moves) {
+      var d = r.lines.map(function (v, i) {
+        return (i ? "L" : "M") + s.x(i) + " " + s.y(v) + " H" + (s.x(i) + s.bw);
+      }).join(" ");
+      svg.appendChild(el("path", { d: d, fill: "none", "class": "threshold", "data-moves": "true" }));
+    } else {
+      svg.appendChild(el("line", { x1: G.left, x2: right, y1: s.y(r.threshold), y2: s.y(r.threshold), "class": "threshold" }));
+    }
     STARTS.slice(1).forEach(function (c) {
       // The harness's own compaction, as recorded in the trace.
       svg.appendChild(el("line", { x1: s.x(c), x2: s.x(c), y1: G.top, y2: y0, "class": "compaction", "data-call": c }));

@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from ctxbudget.replay.analyze import ReplayResult
 from ctxbudget.replay.corpus import SessionSummary, aggregate
-from ctxbudget.replay.replay import PolicyReplay, WindowReplay, recorded_compactions
+from ctxbudget.replay.replay import (
+    PolicyReplay,
+    WindowReplay,
+    call_windows,
+    recorded_compactions,
+    session_lines,
+)
+from ctxbudget.replay.trace import as_table
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -67,7 +74,12 @@ def _panel(ax: Axes, result: ReplayResult, window: WindowReplay, policy: PolicyR
     calls = result.trace.calls
     ax.bar([c.index for c in calls], [c.context_tokens for c in calls], width=1.0, color=_BAR)
     ax.axhline(window.window, color=_WINDOW, linewidth=0.8, linestyle=":")
-    ax.axhline(max(policy.threshold, 0), color=_THRESHOLD, linewidth=1.0)
+    lines = _lines(result, window, policy)
+    if len(set(lines)) > 1:  # a line that moves: learned from the session, or per model
+        ax.step([c.index for c in calls], [max(v, 0) for v in lines], where="mid",
+                color=_THRESHOLD, linewidth=1.0)  # fmt: skip
+    else:
+        ax.axhline(max(policy.threshold, 0), color=_THRESHOLD, linewidth=1.0)
     for call in recorded_compactions(calls):  # the harness's own decisions, under the rest
         ax.axvline(call, color=_COMPACTION, linewidth=4, alpha=0.6, zorder=0)
         ax.plot(call, 1.0, marker="v", color=_COMPACTION, clip_on=False,
@@ -79,8 +91,9 @@ def _panel(ax: Axes, result: ReplayResult, window: WindowReplay, policy: PolicyR
         if wall is not None:
             ax.axvline(wall, color="#000000", linewidth=1.2)
     fires = "never" if policy.first_trigger is None else f"at call {policy.first_trigger:,}"
+    moved = f" → {lines[-1]:,}" if lines and lines[-1] != policy.threshold else ""
     ax.set_title(
-        f"{policy.name}: threshold {policy.threshold:,}, fires {fires}"
+        f"{policy.name}: threshold {policy.threshold:,}{moved}, fires {fires}"
         + (" (late)" if policy.late else "")
         + (
             f"; {policy.late_segments} of {policy.segments} segments late"
@@ -94,6 +107,12 @@ def _panel(ax: Axes, result: ReplayResult, window: WindowReplay, policy: PolicyR
     ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
     ax.yaxis.set_major_formatter(FuncFormatter(_thousands))  # no "1e6" offset text
     ax.tick_params(labelsize=8)
+
+
+def _lines(result: ReplayResult, window: WindowReplay, policy: PolicyReplay) -> list[int]:
+    rule = next(p for p in result.policies if p.name == policy.name)
+    t = as_table(result.trace.calls)
+    return session_lines(rule, t, call_windows(t, window.window, window.by_model))
 
 
 def _thousands(value: float, _pos: int | None = None) -> str:

@@ -181,6 +181,18 @@ def segment_fires(
     return fires
 
 
+def session_lines(policy: Policy, t: CallTable, sizes: Sequence[int]) -> list[int]:
+    """Per call, the rule's line as the session has taught it (the ``ctxbudget`` rule's rises
+    with the largest reply so far; the others' stay put)."""
+    seen = largest_before(t)
+    return [
+        policy.threshold_in_session(
+            sizes[i], largest_reply=seen[i], max_output=t.max_tokens[i] or None
+        )
+        for i in range(len(t))
+    ]
+
+
 def first_trigger(
     policy: Policy, calls: Sequence[Call], window: int, extra: Sequence[int]
 ) -> int | None:
