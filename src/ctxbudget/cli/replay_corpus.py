@@ -90,16 +90,14 @@ def _tables(summaries: list[SessionSummary]) -> None:
     console = Console()
     names = [r.name for r in next(iter(summaries[0].windows.values()), ())]
     table = Table(title=f"{len(summaries)} sessions")
-    table.add_column("session / model(s)", overflow="fold", min_width=24)
-    table.add_column("format", no_wrap=True)
+    table.add_column("session: format, model(s)", overflow="fold", min_width=24)
     for col in ("calls", "peak", "comp."):
         table.add_column(col, justify="right", no_wrap=True, min_width=5)
     table.add_column("late", overflow="fold")
     for s in summaries:
         models = ", ".join(s.models[:3]) + (f" +{len(s.models) - 3}" if len(s.models) > 3 else "")
         table.add_row(
-            escape(os.path.basename(s.source)) + "\n" + escape(models or "unknown model"),
-            s.format,
+            escape(os.path.basename(s.source)) + "\n" + escape(f"{s.format}: {models or '?'}"),
             f"{s.calls:,}",
             f"{s.peak:,}",
             f"{s.recorded_compactions:,}",
@@ -115,9 +113,9 @@ def _tables(summaries: list[SessionSummary]) -> None:
         agg.add_row(f"{r.window:,}", r.name, f"{r.sessions:,}", f"{r.segments:,}", late, fill)
     console.print(agg)
     for note in (
-        "segments: the calls from the start or a compaction the harness recorded to the next one",
-        "late: segments whose wall (context + output > window) came before the rule fired there",
-        "mean fill at fire: the share of the window the context used where each rule fires",
+        "segments: the calls from the start or a harness's compaction to the next one",
+        "late: segments whose wall (context + output > window) came before a fire",
+        "mean fill at fire: the share of the window used where the rule fires",
         "comp.: compactions the harness recorded",
         "late: late segments per rule, " + "/".join(names),
     ):
