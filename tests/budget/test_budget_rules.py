@@ -250,3 +250,43 @@ def test_reserve_rules_approach_the_window(small: int, extra: int) -> None:
     for p in (get_policy("pi"), get_policy("ctxbudget", **fixed)):
         big = small + extra
         assert p.threshold(big) / big >= p.threshold(small) / small
+
+
+# window, rule's max_output, request's max_output, largest reply so far -> whole reserve
+@pytest.mark.parametrize(
+    ("window", "configured", "asked", "largest", "reserve"),
+    [
+        (200_000, None, None, 0, 4_096 + 2_048),  # nothing learned: the fixed reserves
+        (200_000, None, None, 5_000, 4_096 + 2_048),  # the fixed reserves stay the floor
+        (200_000, None, None, 29_018, 29_018),  # the reply: learned, past the 16K cap
+        (32_000, None, None, 29_018, 16_000),  # learning stops at half the window
+        (200_000, None, 8_000, 0, 8_000 + 2_048),  # the request's max output, when recorded
+        (200_000, 2_000, 8_000, 0, 8_000 + 2_048),  # the request's wins over the rule's
+        (200_000, None, 64_000, 0, 16_384 + 2_048),  # a max output is capped as before
+        (200_000, 4_000, None, 9_000, 9_000),  # a server that ignored the max output
+    ],
+)
+def test_ctxbudget_learns_its_reserve(
+    window: int, configured: int | None, asked: int | None, largest: int, reserve: int
+) -> None:
+    rule = CtxbudgetPolicy(max_output=configured)
+    assert rule.reserve_in_session(window, largest_reply=largest, max_output=asked) == reserve
+    line = rule.threshold_in_session(window, largest_reply=largest, max_output=asked)
+    assert line == window - reserve
+    assert rule.fires_in_session(line + 1, window, largest_reply=largest, max_output=asked)
+    assert not rule.fires_in_session(line, window, largest_reply=largest, max_output=asked)
+
+
+@pytest.mark.parametrize("name", ["letta", "pi", "opencode", "codex", "corecoder"])
+def test_harness_rules_learn_nothing(name: str) -> None:
+    rule = get_policy(name)
+    for tokens in (0, 100_000, 150_000, 190_000):
+        assert rule.fires_in_session(tokens, 200_000, largest_reply=50_000) == rule.fires(
+            tokens, 200_000
+        )
+
+
+def test_without_session_evidence_the_line_is_the_fixed_one() -> None:
+    rule = CtxbudgetPolicy()
+    for window in (4_096, 32_000, 200_000):
+        assert rule.threshold_in_session(window) == rule.threshold(window)

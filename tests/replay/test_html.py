@@ -172,7 +172,7 @@ def test_every_replayed_window_is_reachable(browser: Any, tmp_path: Path) -> Non
         for row, p in zip(shown, replayed.policies, strict=True):
             fires = "never" if p.first_trigger is None else f"call {p.first_trigger:,}"
             assert row[0] == p.name
-            assert row[2:] == [f"{p.threshold:,}", fires, "✗ late" if p.late else "no"]
+            assert row[2:5] == [f"{p.threshold:,}", fires, "✗ late" if p.late else "no"]
 
 
 @pytest.mark.browser
@@ -218,4 +218,43 @@ def test_typed_numbers_accept_separators(browser: Any, tmp_path: Path) -> None:
     assert [r[3] for r in summary_rows(browser)] == [
         "never" if p.first_trigger is None else f"call {p.first_trigger:,}"
         for p in smaller.policies
+    ]
+
+
+@pytest.mark.browser
+def test_self_check_passes_with_compactions_and_per_model_windows(
+    browser: Any, tmp_path: Path
+) -> None:
+    from tests.replay.test_segments import pi_session
+
+    # Two recorded compactions, two models with different windows, a large reply that the
+    # ctxbudget rule learns from: the page recomputes all of it in JavaScript.
+    calls = [(20_000 + 9_100 * k, 300, "glm-4.5") for k in range(12)]
+    calls[3] = (47_000, 9_000, "glm-4.5")
+    calls += [(10_000 + 15_000 * k, 500, "glm-4.6") for k in range(14)]
+    calls += [(30_000 + 20_000 * k, 800, "glm-4.6") for k in range(9)]
+    path = pi_session(tmp_path, calls, {12, 26})
+    result = replay_file(path, estimators=EST)
+    assert result.windows[0].by_model == {"glm-4.5": 128_000, "glm-4.6": 200_000}
+    assert len(result.windows[0].walls) == 3
+    page = write_html(result, tmp_path / "segments.html")
+    open_page(browser, page)
+    status, text = badge(browser)
+    assert status == "passed", text
+    marks = browser.find_elements("css selector", "svg.panel[data-policy='letta'] line.compaction")
+    assert [m.get_attribute("data-call") for m in marks] == ["12", "26"]
+    ours = next(p for p in result.windows[0].policies if p.name == "ctxbudget")
+    assert ours.fires[0] == 11  # only the learned reserve (9,000 > 6,144) fires at 120,100
+    row = next(r for r in summary_rows(browser) if r[0] == "ctxbudget")
+    assert row[5] == f"{ours.late_segments} of 3"
+
+
+@pytest.mark.browser
+def test_learned_line_is_drawn_as_it_moves(browser: Any, tmp_path: Path) -> None:
+    result = replay_file(shared_trace("pi"), windows=[380_000], estimators=EST)
+    open_page(browser, write_html(result, tmp_path / "moves.html"))
+    assert badge(browser)[0] == "passed"
+    moving = browser.find_elements("css selector", "svg.panel path.threshold[data-moves='true']")
+    assert [m.find_element("xpath", "..").get_attribute("data-policy") for m in moving] == [
+        "ctxbudget"  # its reserve grows to the 16,121-token reply at call 46
     ]

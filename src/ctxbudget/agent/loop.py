@@ -114,6 +114,8 @@ class Agent:
         self.compactions: list[CompactionRecord] = []
         self.overflows = 0
         self.max_request_tokens = 0
+        self.largest_reply = 0
+        """The largest reply so far: the ``ctxbudget`` rule keeps at least this much free."""
         self.floor_tokens = 0
         self._turn_compactions = 0
         self._floor_checked = False
@@ -295,6 +297,7 @@ class Agent:
         )
         reply = dataclasses.replace(completion.message, usage=usage)
         self.max_request_tokens = max(self.max_request_tokens, usage.input_tokens)
+        self.largest_reply = max(self.largest_reply, usage.output_tokens)
         self._add(reply)
         if self.archive is not None:
             self.archive.append_usage(usage, len(self.history) - 1)
@@ -307,7 +310,7 @@ class Agent:
         if not any(c in self.policy.checked for c in checkpoints):
             return
         tokens = self.context_tokens()
-        if not self.policy.fires(tokens, self.window):
+        if not self.policy.fires_in_session(tokens, self.window, largest_reply=self.largest_reply):
             return
         if self._turn_compactions >= self.max_compactions_per_turn:
             self._emit("capped", tokens=tokens, cap=self.max_compactions_per_turn)
@@ -367,6 +370,7 @@ class Agent:
         self.overflows = overflows if isinstance(overflows, int) else 0
         self.compactions = restored_compactions(meta)
         self.max_request_tokens = max((u.input_tokens for _, u in state.usage), default=0)
+        self.largest_reply = max((u.output_tokens for _, u in state.usage), default=0)
 
     # -- summary ---------------------------------------------------------------------------
 

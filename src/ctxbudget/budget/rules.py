@@ -16,6 +16,7 @@ from ctxbudget.errors import ConfigError, InvalidWindowError, UnknownNameError
 __all__ = [
     "DEFAULT_COMPACTION_RESERVE",
     "DEFAULT_REPLY_RESERVE",
+    "LEARNED_REPLY_SHARE",
     "POLICY_NAMES",
     "REPLY_RESERVE_CAP",
     "Checkpoint",
@@ -56,6 +57,9 @@ DEFAULT_COMPACTION_RESERVE = 2_048
 # 2,048 would leave a 4,096-token window (Ollama's old default, a common adopted limit) no room.
 REPLY_SHARE = 4
 COMPACTION_SHARE = 16
+# A reserve learned from the session's own replies stops at half the window: a session
+# whose replies need more cannot be kept inside it by any reserve and still do work.
+LEARNED_REPLY_SHARE = 2
 
 
 def default_max_output(window: int) -> int:
@@ -115,6 +119,20 @@ class Policy:
     def tiers(self, window: int) -> tuple[int, ...] | None:
         """All lines of a tiered rule, lowest first; None for a single line."""
         return None
+
+    def fires_in_session(
+        self, tokens: int, window: int, *, largest_reply: int = 0, max_output: int | None = None
+    ) -> bool:
+        """`fires`, for a rule that learns from the session so far: ``largest_reply`` is the
+        largest reply it has seen, ``max_output`` the request's max output when known. Only
+        ``ctxbudget`` learns; the harnesses' rules keep their fixed lines."""
+        return self.fires(tokens, window)
+
+    def threshold_in_session(
+        self, window: int, *, largest_reply: int = 0, max_output: int | None = None
+    ) -> int:
+        """`threshold`, once the session has shown replies of up to ``largest_reply``."""
+        return self.threshold(window)
 
     def compacts_every_request(self, window: int) -> bool:
         """True when even an empty context is over the line, as Pi and OpenCode at 2,400."""
@@ -305,6 +323,9 @@ class CtxbudgetPolicy(Policy):
     - The reply reserve grows with the reply: it is the request's max output, capped at 16,384
       (letta-code's and Pi's output reserve) so that a model that allows 128K replies does not
       give up a large share of a small window; when the request sets none, min(4,096, W/4).
+      The whole reserve is learned from the session too (`reserve_in_session`): never less
+      than the largest reply seen so far (up to W/2), since a model that once replied with 29K
+      tokens may again; the fixed reserves are its floor.
       The compaction reserve, min(2,048, W/16) unless set, holds the summarizer's instructions;
       its summary uses the reply reserve. Both shrink in small windows, so a 4,096-token server
       still leaves room for a conversation.
@@ -331,9 +352,12 @@ class CtxbudgetPolicy(Policy):
         _tokens(self.reply_cap, "reply_cap")
         _tokens(self.compaction_reserve, "compaction_reserve", allow_none=True)
 
-    def reply_reserve(self, window: int) -> int:
-        """Tokens kept for the reply in ``window``: the max output asked for, capped."""
-        wanted = default_max_output(window) if self.max_output is None else self.max_output
+    def reply_reserve(self, window: int, *, max_output: int | None = None) -> int:
+        """Tokens kept for the reply in ``window``: the max output asked for (``max_output``,
+        the request's when known, else the rule's, else the default), capped at ``reply_cap``."""
+        wanted = self.max_output if max_output is None else max_output
+        if wanted is None:
+            wanted = default_max_output(window)
         return min(wanted, self.reply_cap)
 
     def compaction_reserve_for(self, window: int) -> int:
@@ -344,10 +368,39 @@ class CtxbudgetPolicy(Policy):
 
     def reserve(self, window: int) -> int:
         """Everything kept free in ``window``: reply reserve + compaction reserve."""
-        return self.reply_reserve(window) + self.compaction_reserve_for(window)
+        return self.reserve_in_session(window)
+
+    def reserve_in_session(
+        self, window: int, *, largest_reply: int = 0, max_output: int | None = None
+    ) -> int:
+        """What must stay free before the next call, once the session has shown replies of up
+        to ``largest_reply`` tokens.
+
+        The next call is a request, whose reply may be as large as the largest so far, or a
+        compaction, whose instructions and summary the fixed reserves hold. So: the larger of
+        reply + compaction reserve and the largest reply (the latter up to W/2).
+        """
+        fixed = self.reply_reserve(window, max_output=max_output)
+        fixed += self.compaction_reserve_for(window)
+        return max(fixed, min(largest_reply, validate_window(window) // LEARNED_REPLY_SHARE))
 
     def threshold(self, window: int) -> int:
         return validate_window(window) - self.reserve(window)
+
+    def threshold_in_session(
+        self, window: int, *, largest_reply: int = 0, max_output: int | None = None
+    ) -> int:
+        """The line once the session has shown ``largest_reply`` (see `reserve_in_session`)."""
+        reserve = self.reserve_in_session(
+            window, largest_reply=largest_reply, max_output=max_output
+        )
+        return validate_window(window) - reserve
+
+    def fires_in_session(
+        self, tokens: int, window: int, *, largest_reply: int = 0, max_output: int | None = None
+    ) -> bool:
+        line = self.threshold_in_session(window, largest_reply=largest_reply, max_output=max_output)
+        return tokens > line
 
 
 _PRESETS: dict[str, Policy] = {

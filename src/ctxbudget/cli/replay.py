@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any
 
@@ -14,7 +15,7 @@ from rich.table import Table
 
 from ctxbudget.errors import ConfigError
 from ctxbudget.replay.analyze import ReplayResult, replay_file, write_json
-from ctxbudget.replay.replay import WindowReplay
+from ctxbudget.replay.replay import WindowReplay, recorded_compactions
 from ctxbudget.replay.trace import FORMATS
 from ctxbudget.replay.windows import suggest_window
 
@@ -74,10 +75,33 @@ def _run(
         )
 
 
+def _session_files(paths: tuple[str, ...], scan: bool) -> list[str]:
+    from ctxbudget.replay.corpus import find_sessions, scan_roots
+
+    if not paths and not scan:
+        raise ConfigError("give a session file, a folder or a glob, or --scan")
+    if len(paths) == 1 and not scan and not os.path.isdir(paths[0]) and not _globby(paths[0]):
+        return [paths[0]]  # one file: its own errors (no such file, ...) say what is wrong
+    roots = [str(r) for r in scan_roots()] if scan else []
+    if scan and not roots:
+        raise ConfigError(
+            "--scan found no session folder: set CLAUDE_CONFIG_DIR, CODEX_HOME or "
+            "PI_CODING_AGENT_DIR, or pass the folders"
+        )
+    found, missing = find_sessions([*paths, *roots])
+    if not found:
+        raise ConfigError("; ".join(missing) or "no session files found (*.jsonl, *.traj.json)")
+    for warning in missing:
+        click.echo(f"warning: {warning}", err=True)
+    return [str(f) for f in found]
+
+
+def _globby(text: str) -> bool:
+    return any(c in text for c in "*?[")
+
+
 def _size(path: str) -> int:
     try:
-        import os
-
         return os.stat(path).st_size
     except OSError:
         return 0
@@ -102,12 +126,22 @@ def _header(result: ReplayResult) -> str:
     source = _SOURCES.get(result.window_source, result.window_source)
     skipped = f", {t.skipped_lines:,} skipped lines" if t.skipped_lines else ""
     # The model name comes from the trace: escaped, "[red]" in it stays text.
-    return (
+    text = (
         f"[bold]{escape(t.format)}[/] {escape(t.model or 'unknown model')}: "
         f"{len(t.calls):,} calls, "
         f"peak context {_peak(result):,}{skipped}\n"
         f"window{'s' if len(result.windows) > 1 else ''} {sizes} ({escape(source)})"
     )
+    by_model = result.windows[0].by_model
+    if by_model and len(set(by_model.values())) > 1:
+        text += "\n" + ", ".join(f"{escape(m)} {w:,}" for m, w in by_model.items())
+    compactions = recorded_compactions(t.calls)
+    if compactions:
+        shown = ", ".join(f"{c:,}" for c in compactions[:10])
+        more = f" and {len(compactions) - 10:,} more" if len(compactions) > 10 else ""
+        text += f"\nthe harness compacted before call{'s' if len(compactions) > 1 else ''} "
+        text += f"{shown}{more}: {len(compactions) + 1:,} segments"
+    return text
 
 
 def _peak(result: ReplayResult) -> int:
@@ -127,6 +161,9 @@ def _rules_table(w: WindowReplay) -> Table:
     table.add_column("threshold", justify="right", no_wrap=True)
     table.add_column("fires", justify="right", no_wrap=True)
     table.add_column("late", no_wrap=True)
+    segmented = any(p.segments > 1 for p in w.policies)
+    if segmented:
+        table.add_column("late seg.", justify="right", no_wrap=True)
     if reads_total:
         table.add_column("on total", justify="right", no_wrap=True)
     for p in w.policies:
@@ -137,6 +174,9 @@ def _rules_table(w: WindowReplay) -> Table:
             _call(p.first_trigger),
             "[bold red]✗ late[/]" if p.late else "no",
         ]
+        if segmented:
+            late = f"{p.late_segments}/{p.segments}"
+            row.append(f"[bold red]{late}[/]" if p.late_segments else late)
         if reads_total:
             row.append(_call(p.first_trigger_reading_total))
         table.add_row(*row)
@@ -148,9 +188,15 @@ def _rules_notes(result: ReplayResult) -> list[str]:
     notes = [
         "checks: before each request / after each step / task end: when a user task ends",
         "fires: the call before which the rule would first compact",
+        "threshold: ctxbudget's line at the start; it keeps free the largest reply seen",
         "late: ✗ = fires after the wall (the first call whose context + output > window)",
         "      or never fires although the wall is hit",
     ]
+    if any(p.segments > 1 for w in result.windows for p in w.policies):
+        notes += [
+            "late seg.: segments (calls between the harness's compactions) where the wall",
+            "           came before the rule fired there; --json lists the fires per segment",
+        ]
     if any(_reads_total(w) for w in result.windows):
         notes += [
             "on total: where the rule would fire if it read the reported total",
@@ -217,7 +263,14 @@ def _table(result: ReplayResult) -> None:
 
 
 @click.command("replay")
-@click.argument("file", type=click.Path(dir_okay=True))
+@click.argument("paths", nargs=-1)
+@click.option(
+    "--scan",
+    is_flag=True,
+    help="Replay every session in the default folders of Claude Code ($CLAUDE_CONFIG_DIR or "
+    "~/.claude/projects), Codex ($CODEX_HOME/sessions) and Pi (~/.pi/agent/sessions).",
+)
+@click.option("--workers", type=click.IntRange(min=1), help="Worker processes (default: CPUs).")
 @click.option(
     "--format", "fmt", type=click.Choice(FORMATS), help="Force a format instead of detecting it."
 )
@@ -234,7 +287,9 @@ def _table(result: ReplayResult) -> None:
     "--html", "html_path", type=click.Path(dir_okay=False), help="Write an interactive HTML page."
 )
 def replay_command(
-    file: str,
+    paths: tuple[str, ...],
+    scan: bool,
+    workers: int | None,
     fmt: str | None,
     windows: tuple[int, ...],
     rules: tuple[str, ...],
@@ -251,10 +306,31 @@ def replay_command(
       ctxbudget replay rollout.jsonl --window 128000 --window 272000 --json
       ctxbudget replay session.jsonl --policy pi --param pi.reserve_tokens=10000
       ctxbudget replay run.traj.json --plot replay.png --html replay.html
+      ctxbudget replay ~/sessions/ 'logs/**/*.jsonl' --window 200000 --json
+      ctxbudget replay --scan --html corpus.html
+
+    Several files, a folder (read recursively) or a glob replay as a corpus, in parallel: a
+    table per session and an aggregate per rule.
     """
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s", stream=sys.stderr)
     params = dict(_param(p) for p in param_texts)
-    result = _run(file, fmt, windows, rules, params, previews=bool(html_path))
+    files = _session_files(paths, scan)
+    if len(files) != 1 or scan or len(paths) != 1 or os.path.isdir(paths[0]):
+        from ctxbudget.cli.replay_corpus import run_corpus
+
+        run_corpus(
+            files,
+            fmt,
+            windows,
+            rules,
+            params,
+            as_json=as_json,
+            plot_path=plot_path,
+            html_path=html_path,
+            workers=workers,
+        )
+        return
+    result = _run(files[0], fmt, windows, rules, params, previews=bool(html_path))
     if plot_path:
         from ctxbudget.replay.plot import write_plot
 

@@ -24,10 +24,11 @@ from ctxbudget.replay.replay import (
     PitfallCall,
     WindowReplay,
     reasoning_pitfall,
+    recorded_compactions,
     replay_window,
     unresent_reasoning,
 )
-from ctxbudget.replay.trace import Call, CallTable, Trace
+from ctxbudget.replay.trace import Call, CallTable, Trace, as_table
 from ctxbudget.replay.windows import known_window
 
 # The rules the issue names; opencode-input-limit is a variant shown by `ctxbudget thresholds`.
@@ -74,12 +75,20 @@ def resolve_windows(trace: Trace, windows: Sequence[int] | None) -> tuple[tuple[
         return tuple(validate_window(w) for w in windows), "given"
     if trace.window:
         return (trace.window,), "recorded"
-    known = known_window(trace.model)
+    known = known_window(trace.model) or max(model_windows(trace).values(), default=None)
     if known:
+        if len(set(model_windows(trace).values())) > 1:
+            return (known,), "known window of each call's model"
         return (known,), f"known window of {trace.model}"
     raise ConfigError(
         f"the trace records no window and model {trace.model!r} has no known one; pass --window N"
     )
+
+
+def model_windows(trace: Trace) -> dict[str, int]:
+    """The known window of each model the trace's calls used (models with none left out)."""
+    models = as_table(trace.calls).models
+    return {m: w for m in models if (w := known_window(m))}
 
 
 def replay_trace(
@@ -138,10 +147,11 @@ def _result(
 ) -> ReplayResult:
     chosen = resolve_policies(policies, params or {})
     sizes, source = resolve_windows(trace, windows)
+    by_model = model_windows(trace) if source.startswith("known window") else None
     unresent = unresent_reasoning(trace)
     return ReplayResult(
         trace=trace,
-        windows=tuple(replay_window(trace, w, chosen, unresent) for w in sizes),
+        windows=tuple(replay_window(trace, w, chosen, unresent, by_model=by_model) for w in sizes),
         estimators=estimator_accuracy(trace, counts),
         pitfall=reasoning_pitfall(trace),
         previews=previews,
@@ -160,6 +170,7 @@ def _call_row(c: Call) -> dict[str, Any]:
         "cache_write_tokens": c.cache_write_tokens,
         "task_start": c.task_start,
         "after_compaction": c.after_compaction,
+        "model": c.model,
     }
 
 
@@ -175,12 +186,16 @@ def _document(result: ReplayResult, calls: list[dict[str, Any]]) -> dict[str, An
             "source": t.source,
             "reasoning": t.reasoning,
             "window_source": result.window_source,
+            "models": list(as_table(t.calls).models),
+            "recorded_compactions": recorded_compactions(t.calls),
         },
         "calls": calls,
         "windows": [
             {
                 "window": w.window,
                 "wall": w.wall,
+                "walls": list(w.walls),
+                "window_by_model": w.by_model,
                 "policies": [
                     {
                         "name": p.name,
@@ -191,6 +206,10 @@ def _document(result: ReplayResult, calls: list[dict[str, Any]]) -> dict[str, An
                         "tiers": list(p.tiers) if p.tiers else None,
                         "first_trigger_reading_total": p.first_trigger_reading_total,
                         "parameters": p.parameters,
+                        "segments": p.segments,
+                        "late_segments": p.late_segments,
+                        "fires": list(p.fires),
+                        "mean_fill_at_fire": p.mean_fill_at_fire,
                     }
                     for p in w.policies
                 ],
@@ -236,5 +255,7 @@ def _write_calls(calls: Sequence[Call], out: TextIO) -> None:
     out.write("\n  ]")
 
 
-def _scalar(value: int | bool) -> str:
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+def _scalar(value: int | bool | str | None) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value) if isinstance(value, int) else json.dumps(value)

@@ -4,7 +4,8 @@
 (function () {
   var DATA = JSON.parse(document.getElementById("replay-data").textContent);
   var SVG = "http://www.w3.org/2000/svg";
-  var calls = DATA.calls; // [context, output, task_start]
+  // [context, output, task_start, after_compaction, the window of its model (0: none), max_tokens]
+  var calls = DATA.calls;
 
   function thresholdOf(name, p, w) {
     // Ports of ctxbudget.budget.rules; the self-check compares them with Python's numbers.
@@ -25,21 +26,25 @@
         ? line : Math.min(p.configured_limit, line);
     }
     if (name === "corecoder") return Math.trunc(w * p.snip_ratio);
-    if (name === "ctxbudget") {
-      // Mirrors budget/rules.py: defaults shrink with small windows (W/4 reply, W/16 compaction).
-      var C = DATA.constants;
-      var wanted = p.max_output === null || p.max_output === undefined
-        ? Math.max(1, Math.min(C.default_reply_reserve, Math.floor(w / C.reply_share)))
-        : p.max_output;
-      var compaction = p.compaction_reserve === null || p.compaction_reserve === undefined
-        ? Math.max(1, Math.min(C.default_compaction_reserve, Math.floor(w / C.compaction_share)))
-        : p.compaction_reserve;
-      return w - (Math.min(wanted, p.reply_cap) + compaction);
-    }
+    if (name === "ctxbudget") return w - ctxbudgetReserve(p, w, 0, 0);
     return NaN;
   }
-  function fires(name, p, tokens, w) {
-    var t = thresholdOf(name, p, w);
+  function ctxbudgetReserve(p, w, largest, maxTokens) {
+    // Mirrors CtxbudgetPolicy.reserve_in_session: reply reserve (the max output asked for, the
+    // request's when the trace records it, capped) + compaction reserve, or the largest reply
+    // seen so far (up to W/2) when larger. Defaults shrink with small windows (W/4, W/16).
+    var C = DATA.constants;
+    var wanted = maxTokens ? maxTokens : p.max_output;
+    if (wanted === null || wanted === undefined) {
+      wanted = Math.max(1, Math.min(C.default_reply_reserve, Math.floor(w / C.reply_share)));
+    }
+    var compaction = p.compaction_reserve === null || p.compaction_reserve === undefined
+      ? Math.max(1, Math.min(C.default_compaction_reserve, Math.floor(w / C.compaction_share)))
+      : p.compaction_reserve;
+    return Math.max(Math.min(wanted, p.reply_cap) + compaction, Math.min(largest, Math.floor(w / C.learned_reply_share)));
+  }
+  function fires(name, p, tokens, w, largest, maxTokens) {
+    var t = name === "ctxbudget" ? w - ctxbudgetReserve(p, w, largest, maxTokens) : thresholdOf(name, p, w);
     return (name === "opencode" || name === "opencode-input-limit" || name === "codex")
       ? tokens >= t : tokens > t;
   }
@@ -48,19 +53,49 @@
     if (c.indexOf("before_request") >= 0 || c.indexOf("after_step") >= 0) return true;
     return c.indexOf("task_end") >= 0 && call[2];
   }
-  function compute(w, params) {
-    var wall = null, i;
-    for (i = 0; i < calls.length; i++) if (calls[i][0] + calls[i][1] > w) { wall = i; break; }
+  function segmentStarts() {
+    // A segment: the calls from the start or a recorded compaction to the next one.
+    var starts = [], i;
+    for (i = 0; i < calls.length; i++) if (i === 0 || calls[i][3]) starts.push(i);
+    return starts;
+  }
+  var STARTS = segmentStarts();
+  function compute(w, params, perModel) {
+    var size = function (i) { return perModel && calls[i][4] ? calls[i][4] : w; };
+    var walls = [], seen = [], largest = 0, i, k;
+    for (i = 0; i < calls.length; i++) { seen.push(largest); largest = Math.max(largest, calls[i][1]); }
+    for (k = 0; k < STARTS.length; k++) {
+      var end = k + 1 < STARTS.length ? STARTS[k + 1] : calls.length, hit = null;
+      for (i = STARTS[k]; i < end; i++) if (calls[i][0] + calls[i][1] > size(i)) { hit = i; break; }
+      walls.push(hit);
+    }
+    var wall = walls.filter(function (x) { return x !== null; })[0];
+    wall = wall === undefined ? null : wall;
     var out = [];
     DATA.policies.forEach(function (policy) {
-      var p = params[policy.name], trigger = null;
+      var p = params[policy.name], fireAt = [], lateCount = 0, fill = 0, lines = [];
       for (i = 0; i < calls.length; i++) {
-        if (checksAt(policy, calls[i]) && fires(policy.name, p, calls[i][0], w)) { trigger = i; break; }
+        // The line as the session has taught it (ctxbudget's rises with the largest reply).
+        lines.push(policy.name === "ctxbudget" ? size(i) - ctxbudgetReserve(p, size(i), seen[i], calls[i][5])
+          : thresholdOf(policy.name, p, size(i)));
       }
+      for (k = 0; k < STARTS.length; k++) {
+        var stop = k + 1 < STARTS.length ? STARTS[k + 1] : calls.length, fire = null;
+        for (i = STARTS[k]; i < stop; i++) {
+          if (checksAt(policy, calls[i]) && fires(policy.name, p, calls[i][0], size(i), seen[i], calls[i][5])) { fire = i; break; }
+        }
+        fireAt.push(fire);
+        if (walls[k] !== null && (fire === null || fire > walls[k])) lateCount++;
+        if (fire !== null) fill += Math.min(1, calls[fire][0] / size(fire));
+      }
+      var fired = fireAt.filter(function (x) { return x !== null; });
+      var trigger = fired.length ? fired[0] : null;
       var late = wall !== null && (trigger === null || trigger > wall);
-      out.push({ name: policy.name, threshold: thresholdOf(policy.name, p, w), first_trigger: trigger, late: late });
+      out.push({ name: policy.name, threshold: thresholdOf(policy.name, p, w), first_trigger: trigger, late: late,
+        fires: fireAt, late_segments: lateCount, mean_fill_at_fire: fired.length ? fill / fired.length : null,
+        lines: lines });
     });
-    return { window: w, wall: wall, policies: out };
+    return { window: w, wall: wall, walls: walls, policies: out };
   }
   function defaults() {
     var params = {};
@@ -70,20 +105,26 @@
   function selfCheck() {
     var badge = document.getElementById("selfcheck"), diffs = [];
     DATA.expected.forEach(function (exp) {
-      var got = compute(exp.window, defaults());
+      var got = compute(exp.window, defaults(), exp.per_model);
       if (got.wall !== exp.wall) diffs.push("W=" + exp.window + " wall: js " + got.wall + " vs python " + exp.wall);
+      if (got.walls.join() !== exp.walls.join()) diffs.push("W=" + exp.window + " walls: js " + got.walls + " vs python " + exp.walls);
       exp.policies.forEach(function (e, k) {
         var g = got.policies[k];
-        ["threshold", "first_trigger", "late"].forEach(function (key) {
+        ["threshold", "first_trigger", "late", "late_segments"].forEach(function (key) {
           if (g[key] !== e[key]) diffs.push("W=" + exp.window + " " + e.name + " " + key + ": js " + g[key] + " vs python " + e[key]);
         });
+        if (g.fires.join() !== e.fires.join()) diffs.push("W=" + exp.window + " " + e.name + " fires: js " + g.fires + " vs python " + e.fires);
+        var fill = g.mean_fill_at_fire, want = e.mean_fill_at_fire;
+        if ((fill === null) !== (want === null) || (fill !== null && Math.abs(fill - want) > 1e-9)) {
+          diffs.push("W=" + exp.window + " " + e.name + " mean fill: js " + fill + " vs python " + want);
+        }
       });
     });
     badge.setAttribute("data-status", diffs.length ? "failed" : "passed");
     badge.textContent = diffs.length ? "self-check failed: " + diffs.join("; ") : "self-check passed";
   }
 
-  var state = { window: DATA.window, params: defaults() };
+  var state = { window: DATA.window, params: defaults(), perModel: DATA.expected[0].per_model };
   var CHECKS = { before_request: "before", after_step: "after", task_end: "task end" };
 
   function fmt(n) {
@@ -166,7 +207,8 @@
     var svg = el("svg", { viewBox: "0 0 " + G.width + " " + G.height, width: "100%", "data-policy": r.name, "class": "panel" });
     svg.appendChild(text(4, 14, r.name + ": threshold " + fmt(r.threshold) + " · " +
       (r.first_trigger === null ? "never fires" : "first compacts before call " + fmt(r.first_trigger)) +
-      (r.late ? " · late" : ""), { "class": "panel-title" }));
+      (r.late ? " · late" : "") + (STARTS.length > 1 ? " · " + fmt(STARTS.length) + " segments, " +
+      fmt(r.late_segments) + " late" : ""), { "class": "panel-title" }));
     axes(svg, s, maxY);
     calls.forEach(function (c, i) {
       var bar = el("rect", { x: s.x(i), y: s.y(c[0]), width: Math.max(1, s.bw - 0.5), height: y0 - s.y(c[0]), "class": "bar" });
@@ -178,10 +220,26 @@
     });
     var right = G.width - G.right;
     svg.appendChild(el("line", { x1: G.left, x2: right, y1: s.y(state.window), y2: s.y(state.window), "class": "window" }));
-    svg.appendChild(el("line", { x1: G.left, x2: right, y1: s.y(r.threshold), y2: s.y(r.threshold), "class": "threshold" }));
-    if (result.wall !== null) {
-      svg.appendChild(el("line", { x1: s.x(result.wall), x2: s.x(result.wall), y1: G.top, y2: y0, "class": "wall" }));
+    var moves = r.lines.some(function (v) { return v !== r.lines[0]; });
+    if (moves) {
+      var d = r.lines.map(function (v, i) {
+        return (i ? "L" : "M") + s.x(i) + " " + s.y(v) + " H" + (s.x(i) + s.bw);
+      }).join(" ");
+      svg.appendChild(el("path", { d: d, fill: "none", "class": "threshold", "data-moves": "true" }));
+    } else {
+      svg.appendChild(el("line", { x1: G.left, x2: right, y1: s.y(r.threshold), y2: s.y(r.threshold), "class": "threshold" }));
     }
+    STARTS.slice(1).forEach(function (c) {
+      // The harness's own compaction, as recorded in the trace.
+      svg.appendChild(el("line", { x1: s.x(c), x2: s.x(c), y1: G.top, y2: y0, "class": "compaction", "data-call": c }));
+    });
+    result.walls.forEach(function (wall) {
+      if (wall !== null) svg.appendChild(el("line", { x1: s.x(wall), x2: s.x(wall), y1: G.top, y2: y0, "class": "wall" }));
+    });
+    r.fires.forEach(function (f) {
+      if (f === null || f === r.first_trigger) return; // the first is drawn below
+      svg.appendChild(el("path", { d: "M" + s.x(f) + " " + G.top + " l-5 -7 h10 z", "class": "fire-mark", "data-call": f }));
+    });
     if (r.first_trigger !== null) {
       svg.appendChild(el("line", { x1: s.x(r.first_trigger), x2: s.x(r.first_trigger), y1: G.top, y2: y0,
         "class": "trigger", "data-call": r.first_trigger, id: "trigger-" + r.name }));
@@ -200,11 +258,13 @@
       tr.appendChild(html("td", fmt(r.threshold)));
       tr.appendChild(html("td", r.first_trigger === null ? "never" : "call " + fmt(r.first_trigger)));
       tr.appendChild(late);
+      tr.appendChild(html("td", STARTS.length > 1 ? fmt(r.late_segments) + " of " + fmt(STARTS.length) : "-"));
+      tr.appendChild(html("td", r.mean_fill_at_fire === null ? "-" : (100 * r.mean_fill_at_fire).toFixed(1) + "%"));
       body.appendChild(tr);
     });
   }
   function draw() {
-    var result = compute(state.window, state.params);
+    var result = compute(state.window, state.params, state.perModel);
     var panels = document.getElementById("panels");
     clear(panels);
     var maxY = state.window;
@@ -251,8 +311,9 @@
       " · " + fmt(calls.length) + " calls · " + DATA.source;
     var slider = document.getElementById("window-slider"), box = document.getElementById("window-input");
     slider.min = String(DATA.slider.min); slider.max = String(DATA.slider.max); slider.step = String(DATA.slider.step);
-    function setWindow(v) {
+    function setWindow(v, perModel) {
       if (!(v > 0) || !isFinite(v)) { box.setAttribute("aria-invalid", "true"); return; }
+      state.perModel = Boolean(perModel);
       box.setAttribute("aria-invalid", "false");
       state.window = Math.round(v); slider.value = String(state.window); box.value = fmt(state.window); draw();
     }
@@ -265,7 +326,7 @@
         var b = html("button", fmt(exp.window));
         b.type = "button"; b.id = "window-choice-" + k; b.setAttribute("data-window", String(exp.window));
         b.title = exp.wall === null ? "wall never hit" : "wall at call " + fmt(exp.wall);
-        b.addEventListener("click", function () { setWindow(exp.window); });
+        b.addEventListener("click", function () { setWindow(exp.window, exp.per_model); });
         choices.appendChild(b);
       });
     }
@@ -276,7 +337,7 @@
       Object.keys(p.parameters).forEach(function (k) { fs.appendChild(paramInput(p.name, k, p.parameters[k])); });
       params.appendChild(fs);
     });
-    setWindow(state.window);
+    setWindow(state.window, state.perModel);
     selfCheck();
   }
   setup();

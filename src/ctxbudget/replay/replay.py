@@ -4,17 +4,18 @@ The model: before call ``i`` the rule sees ``context_tokens[i]``, what a usage-f
 request gives (exact in a replay). ``before_request`` and ``after_step`` rules are checked at
 every call; ``task_end`` rules only at calls that follow a real user message. The wall is the
 first call whose context + output exceeds the window; a rule is late when it first fires after
-the wall, or never fires while the wall is hit.
+the wall, or never fires while the wall is hit. The same is asked per segment (the calls between
+two compactions the harness recorded), so each rule is judged on the same work as the harness.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ctxbudget.budget.rules import Policy
-from ctxbudget.replay.trace import Call, Trace, as_table
+from ctxbudget.replay.trace import Call, CallTable, Trace, as_table
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,6 +33,17 @@ class PolicyReplay:
     """Where it would fire if it read the last reported total, reasoning the harness did not
     send back included (the reasoning pitfall)."""
     parameters: dict[str, object] = field(default_factory=dict)
+    fires: tuple[int | None, ...] = ()
+    """Per segment (calls between recorded compactions): the call where the rule first fires."""
+    late_segments: int = 0
+    """Segments that hit the wall before the rule fired there, or without it firing."""
+    mean_fill_at_fire: float | None = None
+    """Mean share of the window the context used at the fire calls (None: never fires)."""
+
+    @property
+    def segments(self) -> int:
+        """How many segments the rule was replayed on."""
+        return len(self.fires)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +53,11 @@ class WindowReplay:
     window: int
     wall: int | None
     policies: tuple[PolicyReplay, ...]
+    walls: tuple[int | None, ...] = ()
+    """Per segment: the first call whose context + output exceeds the window."""
+    by_model: dict[str, int] | None = None
+    """The window of each call's model, when the window follows the model (``window`` is then
+    the window of calls whose model has none)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,13 +103,94 @@ def _checked(policy: Policy, task_start: int) -> bool:
     return "task_end" in policy.checked and bool(task_start)
 
 
-def find_wall(calls: Sequence[Call], window: int) -> int | None:
-    """The first call whose context + output exceeds the window."""
+def segment_starts(calls: Sequence[Call]) -> list[int]:
+    """Where each segment begins: the first call, and each call after a recorded compaction."""
     t = as_table(calls)
-    for i, (context, output) in enumerate(zip(t.context, t.output, strict=True)):
-        if context + output > window:
-            return t.call_index[i]
-    return None
+    return [0] + [i for i in range(1, len(t)) if t.after_compaction[i]] if len(t) else []
+
+
+def recorded_compactions(calls: Sequence[Call]) -> list[int]:
+    """The calls the harness compacted before (its own decisions, as the trace records them)."""
+    t = as_table(calls)
+    return [t.call_index[i] for i in range(len(t)) if t.after_compaction[i]]
+
+
+def _bounds(starts: Sequence[int], n: int) -> list[tuple[int, int]]:
+    return list(zip(starts, [*starts[1:], n], strict=True))
+
+
+def call_windows(
+    calls: Sequence[Call], window: int, by_model: Mapping[str, int] | None = None
+) -> array[int]:
+    """Per call, its window: its model's in ``by_model``, else ``window``."""
+    t = as_table(calls)
+    if not by_model:
+        return array("q", [window]) * len(t)
+    return array("q", (by_model.get(t.model_at(i) or "", window) for i in range(len(t))))
+
+
+def find_wall(calls: Sequence[Call], window: int | Sequence[int]) -> int | None:
+    """The first call whose context + output exceeds the window (one, or one per call)."""
+    t = as_table(calls)
+    sizes = call_windows(t, window) if isinstance(window, int) else window
+    walls = segment_walls(t, sizes, [0] if len(t) else [])
+    return walls[0] if walls else None
+
+
+def segment_walls(t: CallTable, sizes: Sequence[int], starts: Sequence[int]) -> list[int | None]:
+    """Per segment, its first call whose context + output exceeds that call's window."""
+    walls: list[int | None] = []
+    for lo, hi in _bounds(starts, len(t)):
+        wall = next((i for i in range(lo, hi) if t.context[i] + t.output[i] > sizes[i]), None)
+        walls.append(None if wall is None else t.call_index[wall])
+    return walls
+
+
+def largest_before(t: CallTable) -> array[int]:
+    """Per call, the largest reply any earlier call of the session produced."""
+    out, largest = array("q"), 0
+    for output in t.output:
+        out.append(largest)
+        largest = max(largest, output)
+    return out
+
+
+def segment_fires(
+    policy: Policy,
+    t: CallTable,
+    sizes: Sequence[int],
+    extra: Sequence[int],
+    starts: Sequence[int],
+) -> list[int | None]:
+    """Per segment, the first call at which ``policy`` fires on context + ``extra`` tokens,
+    honouring when it is checked and what the session has shown it so far."""
+    seen = largest_before(t)
+    fires: list[int | None] = []
+    for lo, hi in _bounds(starts, len(t)):
+        fire = None
+        for i in range(lo, hi):
+            if _checked(policy, t.task_start[i]) and policy.fires_in_session(
+                t.context[i] + extra[i],
+                sizes[i],
+                largest_reply=seen[i],
+                max_output=t.max_tokens[i] or None,
+            ):
+                fire = t.call_index[i]
+                break
+        fires.append(fire)
+    return fires
+
+
+def session_lines(policy: Policy, t: CallTable, sizes: Sequence[int]) -> list[int]:
+    """Per call, the rule's line as the session has taught it (the ``ctxbudget`` rule's rises
+    with the largest reply so far; the others' stay put)."""
+    seen = largest_before(t)
+    return [
+        policy.threshold_in_session(
+            sizes[i], largest_reply=seen[i], max_output=t.max_tokens[i] or None
+        )
+        for i in range(len(t))
+    ]
 
 
 def first_trigger(
@@ -100,10 +198,8 @@ def first_trigger(
 ) -> int | None:
     """The first call at which ``policy`` fires on context + ``extra`` tokens."""
     t = as_table(calls)
-    for i, (context, more) in enumerate(zip(t.context, extra, strict=True)):
-        if _checked(policy, t.task_start[i]) and policy.fires(context + more, window):
-            return t.call_index[i]
-    return None
+    fires = segment_fires(policy, t, call_windows(t, window), extra, segment_starts(t))
+    return next((f for f in fires if f is not None), None)
 
 
 def is_late(trigger: int | None, wall: int | None) -> bool:
@@ -113,17 +209,42 @@ def is_late(trigger: int | None, wall: int | None) -> bool:
     return trigger is None or trigger > wall
 
 
+def fill(context: int, window: int) -> float:
+    """The share of the window a context uses; one already over it (a segment that starts past
+    the window, when the harness's compaction took effect calls later) fills it, no more."""
+    return min(1.0, context / window)
+
+
+def _mean_fill(t: CallTable, sizes: Sequence[int], fires: Sequence[int | None]) -> float | None:
+    at = [f for f in fires if f is not None]
+    if not at:
+        return None
+    position = {index: i for i, index in enumerate(t.call_index)}
+    return sum(fill(t.context[position[f]], sizes[position[f]]) for f in at) / len(at)
+
+
 def replay_window(
-    trace: Trace, window: int, policies: Sequence[Policy], unresent: Sequence[int] | None = None
+    trace: Trace,
+    window: int,
+    policies: Sequence[Policy],
+    unresent: Sequence[int] | None = None,
+    *,
+    by_model: Mapping[str, int] | None = None,
 ) -> WindowReplay:
-    """Every policy on one window (``unresent``: `unresent_reasoning`, when already computed)."""
+    """Every policy on one window (``unresent``: `unresent_reasoning`, when already computed;
+    ``by_model``: windows that follow each call's model)."""
     calls = as_table(trace.calls)
-    wall = find_wall(calls, window)
+    sizes = call_windows(calls, window, by_model)
+    starts = segment_starts(calls)
+    walls = segment_walls(calls, sizes, starts)
+    wall = next((w for w in walls if w is not None), None)
     none = array("q", bytes(8 * len(calls)))
     unresent = unresent_reasoning(trace) if unresent is None else unresent
     results = []
     for policy in policies:
-        trigger = first_trigger(policy, calls, window, none)
+        fires = segment_fires(policy, calls, sizes, none, starts)
+        trigger = next((f for f in fires if f is not None), None)
+        on_total = segment_fires(policy, calls, sizes, unresent, starts)
         results.append(
             PolicyReplay(
                 name=policy.name,
@@ -132,11 +253,20 @@ def replay_window(
                 tiers=policy.tiers(window),
                 first_trigger=trigger,
                 late=is_late(trigger, wall),
-                first_trigger_reading_total=first_trigger(policy, calls, window, unresent),
+                first_trigger_reading_total=next((f for f in on_total if f is not None), None),
                 parameters=policy.parameters(),
+                fires=tuple(fires),
+                late_segments=sum(is_late(f, w) for f, w in zip(fires, walls, strict=True)),
+                mean_fill_at_fire=_mean_fill(calls, sizes, fires),
             )
         )
-    return WindowReplay(window=window, wall=wall, policies=tuple(results))
+    return WindowReplay(
+        window=window,
+        wall=wall,
+        policies=tuple(results),
+        walls=tuple(walls),
+        by_model=dict(by_model) if by_model else None,
+    )
 
 
 def reasoning_pitfall(trace: Trace) -> tuple[PitfallCall, ...]:

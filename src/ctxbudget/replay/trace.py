@@ -52,6 +52,8 @@ class Call:
     reply: TraceMessage | None = None
     """The call's own reply (text and tool calls), when recorded."""
     model: str | None = None
+    max_tokens: int | None = None
+    """The request's max output tokens, when the trace records the request."""
 
     @property
     def total_tokens(self) -> int:
@@ -93,6 +95,7 @@ class CallTable(Sequence[Call]):
         self.cache_write = array("q")
         self.task_start = bytearray()
         self.after_compaction = bytearray()
+        self.max_tokens = array("q")  # 0: not recorded
         self._model_of = array("l")  # an index into _models; a session uses a handful of models
         self._models: list[str | None] = []
         self._model_ids: dict[str | None, int] = {}
@@ -109,6 +112,7 @@ class CallTable(Sequence[Call]):
         self.cache_write.append(call.cache_write_tokens)
         self.task_start.append(call.task_start)
         self.after_compaction.append(call.after_compaction)
+        self.max_tokens.append(call.max_tokens or 0)
         model_id = self._model_ids.setdefault(call.model, len(self._models))
         if model_id == len(self._models):
             self._models.append(call.model)
@@ -136,7 +140,17 @@ class CallTable(Sequence[Call]):
             task_start=bool(self.task_start[i]),
             after_compaction=bool(self.after_compaction[i]),
             model=self._models[self._model_of[i]],
+            max_tokens=self.max_tokens[i] or None,
         )
+
+    def model_at(self, i: int) -> str | None:
+        """The model of call ``i``, without building the `Call`."""
+        return self._models[self._model_of[i]]
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The models the calls used, in order of first use."""
+        return tuple(m for m in self._models if m)
 
 
 def as_table(calls: Sequence[Call]) -> CallTable:

@@ -72,7 +72,14 @@ class CallBuilder:
         self.added.append(TraceMessage(role, text))
         self.task_start = self.task_start or task
 
-    def call(self, *, usage: Usage, reply: str | None = None, model: str | None = None) -> Call:
+    def call(
+        self,
+        *,
+        usage: Usage,
+        reply: str | None = None,
+        model: str | None = None,
+        max_tokens: int | None = None,
+    ) -> Call:
         """Emit the next call, with the usage the server reported for it and everything
         collected since the previous one."""
         model = model or self.model
@@ -91,6 +98,7 @@ class CallBuilder:
             added=tuple(self.added),
             reply=None if reply is None else TraceMessage("assistant", reply),
             model=model,
+            max_tokens=max_tokens if max_tokens and 0 < max_tokens <= MAX_TOKENS else None,
         )
         self.count += 1
         self.added = []

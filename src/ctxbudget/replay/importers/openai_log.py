@@ -15,7 +15,7 @@ from typing import Any
 
 from ctxbudget.budget.usage import usage_from_any
 from ctxbudget.replay.importers._builder import CallBuilder, block_text, read_usage
-from ctxbudget.replay.importers._lines import LineReader, Record, as_dict, as_list
+from ctxbudget.replay.importers._lines import LineReader, Record, as_dict, as_int, as_list
 from ctxbudget.replay.trace import Call
 
 
@@ -67,4 +67,15 @@ def read(reader: LineReader, builder: CallBuilder) -> Iterator[Call]:
             usage=usage,
             reply=_reply(response),
             model=str(model) if model else None,
+            max_tokens=_max_tokens(request),
         )
+
+
+def _max_tokens(request: Record) -> int | None:
+    """The reply limit the request set (chat: max_tokens / max_completion_tokens; Responses:
+    max_output_tokens)."""
+    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
+        value = as_int(request.get(key))
+        if value:
+            return value
+    return None

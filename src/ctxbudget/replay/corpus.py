@@ -1,0 +1,278 @@
+"""Many sessions at once: find session files, replay each in a worker, sum the rules' record.
+
+A worker returns a small `SessionSummary` and writes its full JSON document to a file, so the
+parent's memory does not grow with the sessions' sizes.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxbudget.errors import CtxbudgetError
+from ctxbudget.replay.analyze import replay_file, write_json
+from ctxbudget.replay.replay import call_windows, fill, recorded_compactions
+from ctxbudget.replay.trace import as_table
+
+SESSION_SUFFIXES = (".jsonl", ".traj.json")
+
+
+def scan_roots(env: Mapping[str, str] | None = None) -> list[Path]:
+    """The default session folders of Claude Code, Codex and Pi that exist."""
+    env = os.environ if env is None else env
+    home = Path(env.get("HOME", str(Path.home())))
+    claude = env.get("CLAUDE_CONFIG_DIR")
+    roots = [Path(p) / "projects" for p in claude.split(",")] if claude else []
+    roots.append(home / ".claude" / "projects")
+    roots.append(Path(env.get("CODEX_HOME", str(home / ".codex"))) / "sessions")
+    # Pi: PI_CODING_AGENT_SESSION_DIR, else PI_CODING_AGENT_DIR/sessions, else
+    # ~/.pi/agent/sessions (Pi's documented environment variables).
+    pi_sessions = env.get("PI_CODING_AGENT_SESSION_DIR")
+    pi_dir = env.get("PI_CODING_AGENT_DIR")
+    agent_dir = Path(pi_dir) if pi_dir else home / ".pi" / "agent"
+    roots.append(Path(pi_sessions) if pi_sessions else agent_dir / "sessions")
+    seen: list[Path] = []
+    for root in roots:
+        if root.is_dir() and root not in seen:
+            seen.append(root)
+    return seen
+
+
+def find_sessions(paths: Iterable[str]) -> tuple[list[Path], list[str]]:
+    """Files named directly, the session files under folders (recursively), glob matches; and
+    a warning for each path that matched nothing."""
+    found: list[Path] = []
+    missing: list[str] = []
+    for text in paths:
+        matches = [Path(m) for m in sorted(glob.glob(text, recursive=True))] or [Path(text)]
+        hit = False
+        for path in matches:
+            if path.is_dir():
+                for sub in sorted(path.rglob("*")):
+                    if sub.is_file() and sub.name.endswith(SESSION_SUFFIXES):
+                        found.append(sub)
+                        hit = True
+            elif path.exists():
+                found.append(path)
+                hit = True
+        if not hit:
+            missing.append(f"{text}: no such file or folder, or no session file (*.jsonl, "
+                           "*.traj.json) in it")  # fmt: skip
+    unique = list(dict.fromkeys(found))
+    return unique, missing
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuleRecord:
+    """One rule on one window of one session."""
+
+    name: str
+    segments: int
+    late_segments: int
+    fills: tuple[float, ...]
+    """Share of the window at each fire."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionSummary:
+    """What the corpus table and aggregate need of one replayed session."""
+
+    source: str
+    format: str
+    models: tuple[str, ...]
+    calls: int
+    peak: int
+    recorded_compactions: int
+    windows: dict[int, tuple[RuleRecord, ...]] = field(default_factory=dict)
+    curve: tuple[int, ...] = ()
+    """The context curve, thinned to at most `CURVE_POINTS` (for the corpus page)."""
+    document: str | None = None
+    """A file holding the session's full ``--json`` document, when asked for."""
+
+
+CURVE_POINTS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What a worker needs: picklable options for `replay_file`."""
+
+    path: str
+    fmt: str | None
+    windows: tuple[int, ...]
+    rules: tuple[str, ...]
+    params: dict[str, Any]
+    document_dir: str | None
+
+
+def replay_one(job: Job) -> SessionSummary:
+    """Replay one session (in a worker process); raise `CtxbudgetError` for a bad file."""
+    result = replay_file(
+        job.path,
+        job.fmt,
+        windows=job.windows or None,
+        policies=job.rules or None,
+        params=job.params,
+        previews=False,
+    )
+    t = as_table(result.trace.calls)
+    document = None
+    if job.document_dir is not None:
+        document = str(Path(job.document_dir) / f"{abs(hash(job.path)):x}-{os.getpid()}.json")
+        with open(document, "w", encoding="utf-8") as out:
+            write_json(result, out)
+    step = max(1, len(t) // CURVE_POINTS)
+    return SessionSummary(
+        source=job.path,
+        format=result.trace.format,
+        models=t.models,
+        calls=len(t),
+        peak=max(t.context, default=0),
+        recorded_compactions=len(recorded_compactions(t)),
+        windows={
+            w.window: tuple(
+                RuleRecord(
+                    name=p.name,
+                    segments=p.segments,
+                    late_segments=p.late_segments,
+                    fills=fills_at(t, w.window, w.by_model, p.fires),
+                )
+                for p in w.policies
+            )
+            for w in result.windows
+        },
+        curve=tuple(max(t.context[i : i + step]) for i in range(0, len(t), step)),
+        document=document,
+    )
+
+
+def fills_at(
+    t: Any, window: int, by_model: Mapping[str, int] | None, fires: Sequence[int | None]
+) -> tuple[float, ...]:
+    """The share of its window each fire call's context used."""
+    sizes = call_windows(t, window, by_model)
+    return tuple(fill(t.context[f], sizes[f]) for f in fires if f is not None)
+
+
+Progress = Callable[[SessionSummary | None, str | None], None]
+"""Called once per session: its summary, or None and a one-line warning."""
+
+
+def replay_many(
+    jobs: Sequence[Job], *, workers: int | None = None, on_done: Progress | None = None
+) -> Iterator[SessionSummary]:
+    """Summaries of the sessions that replayed, in the order given; a bad file is reported to
+    ``on_done`` with its warning and left out."""
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+    results: dict[int, SessionSummary] = {}
+    if workers == 1:
+        for n, job in enumerate(jobs):
+            _record(n, _attempt(job), results, on_done)
+    else:
+        # One task per worker at a time keeps memory to a session per process.
+        with ProcessPoolExecutor(max_workers=workers, max_tasks_per_child=50) as pool:
+            futures = {pool.submit(_attempt, job): n for n, job in enumerate(jobs)}
+            for future in as_completed(futures):
+                _record(futures[future], future.result(), results, on_done)
+    for n in range(len(jobs)):
+        if n in results:
+            yield results[n]
+
+
+def _attempt(job: Job) -> SessionSummary | str:
+    try:
+        return replay_one(job)
+    except CtxbudgetError as e:
+        return " ".join(str(e).split())
+    except Exception as e:  # one session's failure must not end the run
+        return f"{job.path}: internal error {type(e).__name__}: {' '.join(str(e).split())}"
+
+
+def _record(
+    n: int,
+    outcome: SessionSummary | str,
+    results: dict[int, SessionSummary],
+    on_done: Progress | None,
+) -> None:
+    if isinstance(outcome, str):
+        if on_done is not None:
+            on_done(None, outcome)
+        return
+    results[n] = outcome
+    if on_done is not None:
+        on_done(outcome, None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuleAggregate:
+    """One rule on one window over the corpus."""
+
+    name: str
+    window: int
+    sessions: int
+    segments: int
+    late_segments: int
+    mean_fill_at_fire: float | None
+
+
+def aggregate(summaries: Iterable[SessionSummary]) -> list[RuleAggregate]:
+    """Per window and rule: sessions, segments, late segments, mean fill over all fires."""
+    totals: dict[tuple[int, str], list[Any]] = {}
+    for s in summaries:
+        for window, rules in s.windows.items():
+            for r in rules:
+                row = totals.setdefault((window, r.name), [0, 0, 0, 0.0, 0])
+                row[0] += 1
+                row[1] += r.segments
+                row[2] += r.late_segments
+                row[3] += sum(r.fills)
+                row[4] += len(r.fills)
+    return [
+        RuleAggregate(
+            name=name,
+            window=window,
+            sessions=row[0],
+            segments=row[1],
+            late_segments=row[2],
+            mean_fill_at_fire=row[3] / row[4] if row[4] else None,
+        )
+        for (window, name), row in totals.items()
+    ]
+
+
+def aggregate_json(rows: Iterable[RuleAggregate]) -> dict[str, Any]:
+    """``{"rules": [...]}`` as ``--json`` prints it."""
+    return {
+        "rules": [
+            {
+                "window": r.window,
+                "name": r.name,
+                "sessions": r.sessions,
+                "segments": r.segments,
+                "late_segments": r.late_segments,
+                "mean_fill_at_fire": r.mean_fill_at_fire,
+            }
+            for r in rows
+        ]
+    }
+
+
+def write_corpus_json(summaries: Sequence[SessionSummary], out: Any) -> None:
+    """``{"sessions": [each session's document], "aggregate": {...}}``, a document at a time."""
+    out.write('{\n  "sessions": [')
+    for n, s in enumerate(summaries):
+        if s.document is None:
+            continue
+        out.write(("," if n else "") + "\n    ")
+        with open(s.document, encoding="utf-8") as doc:
+            for k, line in enumerate(doc):
+                out.write(("\n    " if k else "") + line.rstrip("\n"))
+    out.write('\n  ],\n  "aggregate": ')
+    out.write(json.dumps(aggregate_json(aggregate(summaries)), indent=2).replace("\n", "\n  "))
+    out.write("\n}\n")
