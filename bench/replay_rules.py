@@ -20,8 +20,9 @@ from ctxbudget.replay.trace import as_table
 TRACES = Path(__file__).resolve().parents[1] / "tests" / "data" / "traces"
 WINDOWS = (32_000, 64_000, 128_000, 200_000)
 EDGE_RULES = ("letta", "pi", "opencode", "codex")  # the rules that aim at the window's edge
-# Lower floors for ctxbudget's reply reserve (its learned part unchanged), to show the trade.
-VARIANTS = ({}, {"ctxbudget.max_output": 2_048}, {"ctxbudget.max_output": 1_024})
+# ctxbudget as shipped (no max output recorded: the learned reserve with its 1,024 floor), then
+# with a fixed reply reserve, as when every request records max_tokens, to show the trade.
+VARIANTS = ({}, {"ctxbudget.max_output": 2_048}, {"ctxbudget.max_output": 4_096})
 
 Rows = dict[tuple[int, str], list[float]]  # segments, late, unforeseeable, sum of fills, fires
 WALL_REPLIES: list[int] = []  # the reply at each wall call (first run), for the closing note
@@ -90,11 +91,11 @@ def main_table(rows: Rows) -> list[str]:
 
 def variant_table(runs: list[tuple[dict[str, Any], Rows]]) -> list[str]:
     out = [
-        "| ctxbudget reply floor | " + " | ".join(f"{w:,}" for w in WINDOWS) + " |",
+        "| ctxbudget reply reserve | " + " | ".join(f"{w:,}" for w in WINDOWS) + " |",
         "|---|" + "---|" * len(WINDOWS),
     ]
     for params, rows in runs:
-        floor = params.get("ctxbudget.max_output", "4,096 (default)")
+        floor = params.get("ctxbudget.max_output", "learned, floor 1,024 (default)")
         cells = []
         for w in WINDOWS:
             ours = rows[(w, "ctxbudget")]
@@ -122,19 +123,21 @@ def main() -> None:
         "",
         *main_table(base),
         "",
-        "### The trade: a lower floor under ctxbudget's learned reserve",
+        "### The trade: a learned reply reserve against a fixed one",
         "",
-        "ctxbudget keeps free the larger of its fixed reserves (reply reserve + compaction",
-        "reserve) and the largest reply seen so far. Lowering the reply floor (`--param",
-        "ctxbudget.max_output=N`) fires later; on these sessions that costs no late segment:",
+        "ctxbudget keeps free the larger of reply reserve + compaction reserve and the largest",
+        "reply seen so far (up to W/2). When the trace records no max output (all four here),",
+        "the reply reserve is learned: 1,024 once the session has replied, the largest reply",
+        "covering the rest. A fixed reply reserve (`--param ctxbudget.max_output=N`, what a",
+        "recorded max_tokens gives) fires earlier:",
         "",
         *variant_table([(params, rows) for params, (rows, _) in runs]),
         "",
-        "The default keeps 4,096: the reply limit the Agent itself asks for when none is",
-        "configured, so a smaller reserve could overflow its own replies. Codex's 90% line",
-        "leaves 3,200 tokens at 32K and 6,400 at 64K, less than the 7,783-token reply the Codex",
-        "session had already produced by its 64K wall; it is not late here only because the",
-        f"replies at the walls were at most {max(WALL_REPLIES):,} tokens.",
+        "The live Agent always knows its max output (it asks for min(4,096, W/4) unless told),",
+        "so it reserves that, never the learned floor. Codex's 90% line leaves 3,200 tokens at",
+        "32K and 6,400 at 64K, less than the 7,783-token reply the Codex session had already",
+        "produced by its 64K wall; it is not late here only because the replies at the walls",
+        f"were at most {max(WALL_REPLIES):,} tokens.",
     ]
     text = "\n".join(lines) + "\n"
     (Path(__file__).parent / "replay_rules.md").write_text(text, encoding="utf-8")

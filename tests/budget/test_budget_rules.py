@@ -257,7 +257,10 @@ def test_reserve_rules_approach_the_window(small: int, extra: int) -> None:
     ("window", "configured", "asked", "largest", "reserve"),
     [
         (200_000, None, None, 0, 4_096 + 2_048),  # nothing learned: the fixed reserves
-        (200_000, None, None, 5_000, 4_096 + 2_048),  # the fixed reserves stay the floor
+        (200_000, None, None, 5_000, 5_000),  # replies seen, no max output: they are the evidence
+        (200_000, None, None, 500, 1_024 + 2_048),  # ... with the learned floor under them
+        (2_048, None, None, 100, 512 + 128),  # the floor shrinks with a small window
+        (200_000, 4_096, None, 500, 4_096 + 2_048),  # a known max output keeps its reserve
         (200_000, None, None, 29_018, 29_018),  # the reply: learned, past the 16K cap
         (32_000, None, None, 29_018, 16_000),  # learning stops at half the window
         (200_000, None, 8_000, 0, 8_000 + 2_048),  # the request's max output, when recorded

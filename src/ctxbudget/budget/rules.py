@@ -16,6 +16,7 @@ from ctxbudget.errors import ConfigError, InvalidWindowError, UnknownNameError
 __all__ = [
     "DEFAULT_COMPACTION_RESERVE",
     "DEFAULT_REPLY_RESERVE",
+    "LEARNED_REPLY_FLOOR",
     "LEARNED_REPLY_SHARE",
     "POLICY_NAMES",
     "REPLY_RESERVE_CAP",
@@ -60,6 +61,11 @@ COMPACTION_SHARE = 16
 # A reserve learned from the session's own replies stops at half the window: a session
 # whose replies need more cannot be kept inside it by any reserve and still do work.
 LEARNED_REPLY_SHARE = 2
+# Once a session has shown its replies and no request recorded a max output, the reply reserve
+# is what those replies needed, down to this floor: on the repo's four real sessions a 4,096
+# floor fired before Codex's 90% line at 32K and 64K with no fewer late segments
+# (bench/replay_rules.md), while 1,024 matched it without a late one.
+LEARNED_REPLY_FLOOR = 1_024
 
 
 def default_max_output(window: int) -> int:
@@ -325,7 +331,8 @@ class CtxbudgetPolicy(Policy):
       give up a large share of a small window; when the request sets none, min(4,096, W/4).
       The whole reserve is learned from the session too (`reserve_in_session`): never less
       than the largest reply seen so far (up to W/2), since a model that once replied with 29K
-      tokens may again; the fixed reserves are its floor.
+      tokens may again. With a max output known the fixed reserves are its floor; with none
+      known (a replayed trace) the replies seen are the evidence, over a 1,024-token floor.
       The compaction reserve, min(2,048, W/16) unless set, holds the summarizer's instructions;
       its summary uses the reply reserve. Both shrink in small windows, so a 4,096-token server
       still leaves room for a conversation.
@@ -378,10 +385,16 @@ class CtxbudgetPolicy(Policy):
 
         The next call is a request, whose reply may be as large as the largest so far, or a
         compaction, whose instructions and summary the fixed reserves hold. So: the larger of
-        reply + compaction reserve and the largest reply (the latter up to W/2).
+        reply + compaction reserve and the largest reply (the latter up to W/2). When neither
+        the request nor the rule sets a max output and the session has replied, the reply
+        reserve is `LEARNED_REPLY_FLOOR` (the largest reply then speaks for itself).
         """
-        fixed = self.reply_reserve(window, max_output=max_output)
-        fixed += self.compaction_reserve_for(window)
+        if largest_reply > 0 and max_output is None and self.max_output is None:
+            # No max output known: the replies seen so far are the evidence, with a floor.
+            reply = min(LEARNED_REPLY_FLOOR, default_max_output(window), self.reply_cap)
+        else:
+            reply = self.reply_reserve(window, max_output=max_output)
+        fixed = reply + self.compaction_reserve_for(window)
         return max(fixed, min(largest_reply, validate_window(window) // LEARNED_REPLY_SHARE))
 
     def threshold(self, window: int) -> int:

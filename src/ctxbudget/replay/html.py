@@ -17,6 +17,7 @@ from ctxbudget.budget.rules import (
     COMPACTION_SHARE,
     DEFAULT_COMPACTION_RESERVE,
     DEFAULT_REPLY_RESERVE,
+    LEARNED_REPLY_FLOOR,
     LEARNED_REPLY_SHARE,
     REPLY_SHARE,
 )
@@ -87,6 +88,7 @@ def page_data(result: ReplayResult) -> dict[str, Any]:
             "reply_share": REPLY_SHARE,
             "compaction_share": COMPACTION_SHARE,
             "learned_reply_share": LEARNED_REPLY_SHARE,
+            "learned_reply_floor": LEARNED_REPLY_FLOOR,
         },
         "expected": [
             {

@@ -33,11 +33,13 @@
     // Mirrors CtxbudgetPolicy.reserve_in_session: reply reserve (the max output asked for, the
     // request's when the trace records it, capped) + compaction reserve, or the largest reply
     // seen so far (up to W/2) when larger. Defaults shrink with small windows (W/4, W/16).
+    // With no max output known and replies seen, the reply reserve is the learned floor.
     var C = DATA.constants;
     var wanted = maxTokens ? maxTokens : p.max_output;
-    if (wanted === null || wanted === undefined) {
-      wanted = Math.max(1, Math.min(C.default_reply_reserve, Math.floor(w / C.reply_share)));
-    }
+    var unknown = wanted === null || wanted === undefined;
+    var byDefault = Math.max(1, Math.min(C.default_reply_reserve, Math.floor(w / C.reply_share)));
+    if (unknown && largest > 0) wanted = Math.min(C.learned_reply_floor, byDefault);
+    else if (unknown) wanted = byDefault;
     var compaction = p.compaction_reserve === null || p.compaction_reserve === undefined
       ? Math.max(1, Math.min(C.default_compaction_reserve, Math.floor(w / C.compaction_share)))
       : p.compaction_reserve;
