@@ -1,0 +1,203 @@
+"""The budget state every adapter shares: the rule, the counter, compaction and overflow handling.
+
+It only composes the core (``context_tokens``, ``Policy``, ``compaction_line``, ``compact``,
+``Archive``), as ``Agent`` does; the adapters translate their framework's messages to ours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ctxbudget.agent.events import CompactionRecord, Trigger
+from ctxbudget.agent.settings import compaction_line, effective_max_output, policy_for
+from ctxbudget.budget.context import ContextEstimate, RequestCounterLike, context_tokens
+from ctxbudget.budget.rules import Policy, validate_window
+from ctxbudget.compaction.archive import Archive
+from ctxbudget.compaction.records import message_to_record
+from ctxbudget.compaction.strategies import CompactionResult, compact
+from ctxbudget.compaction.summarizer import Summarizer
+from ctxbudget.errors import CompactionError, ContextOverflowError
+from ctxbudget.messages.model import Message, Request
+from ctxbudget.messages.usage import Usage
+from ctxbudget.tokens.base import TokenCounter
+
+__all__ = ["ContextGuard", "one_line"]
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace made one space."""
+    return " ".join(text.split())
+
+
+class ContextGuard:
+    """Keeps one conversation inside ``window``: decides, compacts, recovers, records.
+
+    ``tokenizer`` is a counter name (``o200k_base``, ``qwen3``, ``hf:PATH``, an estimator) or a
+    `TokenCounter` (``counter``, a whole-request counter, replaces it); ``policy`` a rule name or
+    `Policy`; ``strategy`` a compaction strategy name; ``archive`` an `Archive` or a path.
+    """
+
+    def __init__(
+        self,
+        *,
+        window: int,
+        tokenizer: str | TokenCounter = "ctxbudget",
+        policy: str | Policy = "ctxbudget",
+        strategy: str = "layered",
+        summarizer: Summarizer | None = None,
+        archive: Archive | str | Path | None = None,
+        max_output_tokens: int | None = None,
+        counter: RequestCounterLike | None = None,
+    ) -> None:
+        self.window = validate_window(window)
+        self.configured_window = self.window
+        self._policy_spec = policy
+        self._max_output_setting = max_output_tokens
+        self.policy = policy_for(policy, self.window, self.max_output_tokens)
+        self.strategy = strategy
+        self.counter = counter if counter is not None else _counter(tokenizer)
+        self.summarizer = summarizer
+        self.archive = archive if isinstance(archive, Archive | None) else Archive(archive)
+        self.compaction_id: str | None = None
+        self.compactions: list[CompactionRecord] = []
+        self.results: list[CompactionResult] = []
+        self.overflows = 0
+        self.overflow_messages: list[str] = []
+        self._archived: set[str] = set()
+
+    @property
+    def max_output_tokens(self) -> int:
+        """The reply limit each request should ask for: as configured, else a share of the window."""
+        return effective_max_output(self.window, self._max_output_setting)
+
+    @property
+    def summaries(self) -> list[str]:
+        """Every handoff summary written so far, oldest first."""
+        return [r.summary for r in self.results if r.summary]
+
+    # -- the decision --------------------------------------------------------------------
+
+    def estimate(self, request: Request) -> ContextEstimate:
+        """The request's size, usage-first (usage recorded under the current compaction only)."""
+        return context_tokens(request, self.counter, compaction_id=self.compaction_id)
+
+    def should_compact(self, request: Request) -> bool:
+        """True when the rule fires for ``request`` at a request or step checkpoint."""
+        checked = self.policy.checked
+        if "before_request" not in checked and "after_step" not in checked:
+            return False
+        return self.policy.fires(self.estimate(request).tokens, self.window)
+
+    # -- compaction and recovery -------------------------------------------------------------
+
+    def compact(self, request: Request, trigger: Trigger, *, scale: float = 1.0) -> Request:
+        """``request`` compacted under the rule's line (lowered by ``scale`` < 1)."""
+        floor = self.counter.count(request).floor
+        line = compaction_line(self.policy, self.window, floor, self.max_output_tokens)
+        result = compact(
+            request,
+            self.counter,
+            threshold=max(floor + 1, int(line * scale)),
+            strategy=self.strategy,
+            summarizer=self.summarizer,
+            compaction_id=f"c{len(self.compactions) + 1}-{time.time_ns():x}",
+        )
+        self.compaction_id = result.compaction_id
+        self.results.append(result)
+        record = CompactionRecord(
+            turn=0,
+            trigger=trigger,
+            strategy=result.strategy,
+            messages_before=result.messages_before,
+            messages_after=result.messages_after,
+            tokens_before=result.tokens_before,
+            tokens_after=result.tokens_after,
+        )
+        self.compactions.append(record)
+        if self.archive is not None:
+            self.observe(request.messages)
+            self.archive.append_compaction(result, trigger=trigger)
+        return request.with_messages(result.messages)
+
+    def prepare(self, request: Request) -> Request | None:
+        """The compacted request when the rule fires, else None (send ``request`` as it is)."""
+        self.observe(request.messages)
+        if not self.should_compact(request):
+            return None
+        return self.compact(request, "context_pressure")
+
+    def recover(self, request: Request, error: ContextOverflowError) -> Request:
+        """After the server rejected ``request`` as too long: adopt its window, compact harder.
+
+        Raises `CompactionError` when this is the second overflow of the same request.
+        """
+        self.overflows += 1
+        self.overflow_messages.append(one_line(str(error)))
+        if self.archive is not None:
+            self.archive.append_meta({"overflows": self.overflows})
+        # Adopt only a smaller window: a larger stated limit says our count was low.
+        if error.limit is not None and 0 < error.limit < self.window:
+            self.window = validate_window(error.limit)
+            self.policy = policy_for(self._policy_spec, self.window, self.max_output_tokens)
+            if self.archive is not None:
+                self.archive.append_meta({"window": self.window})
+        ours = self.counter.count(request).total
+        real = error.prompt_tokens
+        scale = min(1.0, ours / real) if real and ours > 0 else 1.0
+        return self.compact(request, "context_overflow", scale=scale)
+
+    def retry_failed(self, error: Exception) -> CompactionError:
+        """The error to raise when the request still overflows after compacting."""
+        return CompactionError(
+            f"the request still exceeds the model's window after compacting "
+            f"({one_line(str(error))}); lower the window or the reserve"
+        )
+
+    # -- records ------------------------------------------------------------------------------
+
+    def stamp(self, usage: Usage) -> Usage:
+        """``usage`` tagged with the compaction in force and the time; archived when archiving."""
+        stamped = dataclasses.replace(
+            usage, compaction_id=self.compaction_id, timestamp=usage.timestamp or time.time()
+        )
+        if self.archive is not None:
+            self.archive.append_usage(stamped, len(self._archived))
+        return stamped
+
+    def observe(self, messages: Sequence[Message]) -> None:
+        """Archive the messages not archived yet (the adapters hand over whole lists)."""
+        if self.archive is None:
+            return
+        for message in messages:
+            key = _digest(message)
+            if key not in self._archived:
+                self._archived.add(key)
+                self.archive.append_message(message)
+
+    def report(self) -> dict[str, Any]:
+        """The guard's numbers: window, overflows, and each compaction (``ctxbudget demo`` keys)."""
+        return {
+            "window": self.window,
+            "configured_window": self.configured_window,
+            "overflows": self.overflows,
+            "compactions": [c.to_json() for c in self.compactions],
+        }
+
+
+def _counter(tokenizer: str | TokenCounter) -> RequestCounterLike:
+    from ctxbudget.counting import RequestCounter  # imported late: loads a vocabulary
+
+    counter: RequestCounterLike = RequestCounter(tokenizer)
+    return counter
+
+
+def _digest(message: Message) -> str:
+    record = message_to_record(message)
+    text = json.dumps(record, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()

@@ -1,0 +1,133 @@
+"""Framework items <-> our messages: which item each message came from, and the way back.
+
+Each adapter translates its items one by one; a compacted view maps back to the original item
+wherever its messages are unchanged, so ids, metadata and provider fields survive compaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from ctxbudget.compaction.handoff import SUMMARY_HEADER
+from ctxbudget.messages.model import Message
+
+__all__ = ["SOURCE_KEY", "Substitution", "Translated", "translate"]
+
+Item = TypeVar("Item")
+SOURCE_KEY = "ctxbudget_source"
+"""``Message.meta`` key: the index of the framework item a message was translated from."""
+
+
+@dataclass(frozen=True, slots=True)
+class Translated(Generic[Item]):
+    """A framework list as our messages; ``per_item[i]`` are the messages of ``items[i]``."""
+
+    items: tuple[Item, ...]
+    system: str
+    messages: tuple[Message, ...]
+    per_item: tuple[tuple[Message, ...], ...]
+    lead: int = 0
+    """How many leading items were system messages (now ``system``)."""
+
+    def back(
+        self, messages: Sequence[Message], rebuild: Callable[[Item | None, list[Message]], Item]
+    ) -> list[Item]:
+        """``messages`` as framework items: originals where unchanged, else ``rebuild(original,
+        messages)`` (``original`` None for a message of ours, such as the summary)."""
+        out: list[Item] = []
+        for index, group in _groups(messages):
+            if index is not None and _same(group, self.per_item[index]):
+                out.append(self.items[index])
+            else:
+                out.append(rebuild(None if index is None else self.items[index], group))
+        return out
+
+
+def translate(
+    items: Sequence[Item], one: Callable[[Item], Sequence[Message]], *, lead_system: bool = True
+) -> Translated[Item]:
+    """Translate ``items`` with ``one``; leading system messages become the system prompt."""
+    per_item: list[tuple[Message, ...]] = []
+    system: list[str] = []
+    lead = 0
+    for i, item in enumerate(items):
+        got = tuple(
+            dataclasses.replace(m, meta={**m.meta, SOURCE_KEY: i}) for m in one(item) if m
+        )
+        if lead_system and not any(per_item) and got and all(m.role == "system" for m in got):
+            system.extend(m.text for m in got)
+            per_item.append(())
+            lead = i + 1
+            continue
+        per_item.append(tuple(_demote(m) for m in got))
+    messages = tuple(m for group in per_item for m in group)
+    return Translated(tuple(items), "\n\n".join(system), messages, tuple(per_item), lead)
+
+
+def _same(a: Sequence[Message], b: Sequence[Message]) -> bool:
+    """Equal but for usage, which the adapters attach to the messages they count."""
+    return len(a) == len(b) and all(
+        x == y or dataclasses.replace(x, usage=None) == dataclasses.replace(y, usage=None)
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def _demote(m: Message) -> Message:
+    # Our summary, handed back to the framework as plain text, is a summary again when it returns:
+    # compaction must update it, not pin it as the user's task.
+    if m.role == "user" and m.text.startswith(SUMMARY_HEADER):
+        return dataclasses.replace(m, meta={**m.meta, "summary": True})
+    # A system message in mid conversation stays in place as a user message (as the OpenAI
+    # reader does), remembering its role.
+    if m.role != "system":
+        return m
+    return dataclasses.replace(m, role="user", meta={**m.meta, "openai_role": "system"})
+
+
+def _groups(messages: Sequence[Message]) -> list[tuple[int | None, list[Message]]]:
+    groups: list[tuple[int | None, list[Message]]] = []
+    for m in messages:
+        index = m.meta.get(SOURCE_KEY)
+        index = index if isinstance(index, int) else None
+        if groups and index is not None and groups[-1][0] == index:
+            groups[-1][1].append(m)
+        else:
+            groups.append((index, [m]))
+    return groups
+
+
+@dataclass(slots=True)
+class Substitution(Generic[Item]):
+    """For harnesses that resend their whole list each call: a prefix of it was compacted.
+
+    ``replaced`` is that prefix as our messages, ``view`` the framework items standing for it.
+    """
+
+    replaced: tuple[Message, ...] = ()
+    view: tuple[Any, ...] = ()
+
+    def apply(self, translated: Translated[Item]) -> list[Item]:
+        """The list to send: the compacted view in place of the prefix it replaced."""
+        n = len(self.replaced)
+        if n and translated.messages[:n] == self.replaced:
+            rest = _items_after(translated, n)
+            return [*translated.items[: translated.lead], *self.view, *rest]
+        return list(translated.items)
+
+    def update(self, full: Translated[Item], view: Sequence[Item]) -> None:
+        """Remember that the whole of ``full`` (as the caller holds it) is now ``view``."""
+        self.replaced = full.messages
+        self.view = tuple(view)
+
+
+def _items_after(translated: Translated[Item], n: int) -> list[Item]:
+    """The items holding messages ``n`` onwards (n always falls between two items)."""
+    count = 0
+    for i, group in enumerate(translated.per_item):
+        if count >= n and group:
+            return list(translated.items[i:])
+        count += len(group)
+    return []

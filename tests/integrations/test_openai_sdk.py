@@ -1,0 +1,99 @@
+"""The OpenAI SDK guard on a long tool loop against a loopback server with a real window."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import openai
+import pytest
+
+from ctxbudget.integrations.openai_sdk import guard_openai
+from tests.integrations.chatserver import ChatServer, tool_result
+from tests.integrations.scripted import (
+    CONFIGURED_WINDOW,
+    ERROR_LINE,
+    FILES,
+    FINAL_ANSWER,
+    TASK,
+    TOKENIZER,
+    ScriptedModel,
+    openai_tools,
+)
+
+
+def _check(model: ScriptedModel, guard: Any, answer: str) -> None:
+    assert answer == FINAL_ANSWER
+    assert model.accepted_steps() >= 40
+    assert model.rejected, "the server's smaller window must have been hit once"
+    assert model.over_window_after_first_recovery() == []
+    assert model.unpaired == []
+    assert guard.window == model.window  # adopted from the error's stated limit
+    assert guard.overflows == 1
+    summary = guard.summaries[-1]
+    assert ERROR_LINE in summary
+    for path in FILES[:3]:
+        assert path in summary
+    assert model.summaries >= 1
+
+
+def _loop(client: Any, history: list[Any], stream: bool) -> str:
+    while True:
+        reply = client.chat.completions.create(
+            model="scripted", messages=history, tools=openai_tools(), stream=stream
+        )
+        message = _assemble(reply) if stream else reply.choices[0].message
+        history.append(message)
+        if not message.tool_calls:
+            return str(message.content)
+        history.extend(tool_result(c) for c in message.tool_calls)
+
+
+def _assemble(stream: Any) -> Any:
+    content, calls = "", []
+    for chunk in stream:
+        for choice in chunk.choices:
+            content += choice.delta.content or ""
+            calls.extend(choice.delta.tool_calls or ())
+    tool_calls = [
+        {"id": c.id, "type": "function", "function": c.function.model_dump()} for c in calls
+    ]
+    return openai.types.chat.ChatCompletionMessage.model_validate(
+        {"role": "assistant", "content": content or None, "tool_calls": tool_calls or None}
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_long_tool_loop_stays_inside_the_window(stream: bool) -> None:
+    with ChatServer() as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
+        guarded = guard_openai(client, window=CONFIGURED_WINDOW, tokenizer=TOKENIZER)
+        history: list[Any] = [
+            {"role": "system", "content": "You are a careful coding agent."},
+            {"role": "user", "content": TASK},
+        ]
+        answer = _loop(guarded, history, stream)
+    _check(server.model, guarded.guard, answer)
+    assert history[1]["content"] == TASK and len(history) > 80  # the caller's list is whole
+    assert guarded.messages[0]["role"] == "system"
+    assert any("ctxbudget handoff" in str(m.get("content")) for m in guarded.messages)
+
+
+def test_the_async_client_is_guarded_too() -> None:
+    async def run(base_url: str) -> tuple[str, Any]:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="none", max_retries=0)
+        guarded = guard_openai(client, window=CONFIGURED_WINDOW, tokenizer=TOKENIZER)
+        history: list[Any] = [{"role": "user", "content": TASK}]
+        while True:
+            reply = await guarded.chat.completions.create(
+                model="scripted", messages=history, tools=openai_tools()
+            )
+            message = reply.choices[0].message
+            history.append(message)
+            if not message.tool_calls:
+                return str(message.content), guarded.guard
+            history.extend(tool_result(c) for c in message.tool_calls)
+
+    with ChatServer() as server:
+        answer, guard = asyncio.run(run(server.base_url))
+    _check(server.model, guard, answer)
