@@ -25,14 +25,33 @@ from ctxbudget.compaction.summarizer import Summarizer
 from ctxbudget.errors import CompactionError, ContextOverflowError
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.messages.usage import Usage
+from ctxbudget.providers.overflow import classify_error
 from ctxbudget.tokens.base import TokenCounter
 
-__all__ = ["ContextGuard", "one_line"]
+__all__ = ["ContextGuard", "one_line", "overflow_of"]
 
 
 def one_line(text: str) -> str:
     """``text`` with every run of whitespace made one space."""
     return " ".join(text.split())
+
+
+def overflow_of(error: BaseException, *, known: bool = False) -> ContextOverflowError | None:
+    """``error`` read as a context overflow, by ctxbudget's table of real server messages.
+
+    ``known``: the framework already classified it as an overflow (its own error class), so it
+    is one even when the text is not in the table.
+    """
+    if isinstance(error, ContextOverflowError):
+        return error
+    status = getattr(error, "status_code", None)
+    status = status if isinstance(status, int) and not isinstance(status, bool) else None
+    body = getattr(error, "body", None)
+    text = str(error) if body is None else f"{error} {json.dumps(body, default=str)}"
+    found = classify_error(status, text)
+    if found is None and known:
+        return ContextOverflowError(one_line(str(error)), status=status)
+    return found
 
 
 class ContextGuard:

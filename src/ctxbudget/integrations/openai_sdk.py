@@ -19,7 +19,7 @@ from ctxbudget.budget.rules import Policy
 from ctxbudget.budget.usage import usage_from_openai
 from ctxbudget.compaction.archive import Archive
 from ctxbudget.errors import ContextOverflowError, CtxbudgetError
-from ctxbudget.integrations._guard import ContextGuard
+from ctxbudget.integrations._guard import ContextGuard, overflow_of
 from ctxbudget.integrations._view import Substitution, Translated, translate
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.messages.openai import message_from_openai, message_to_openai, request_from_openai
@@ -323,15 +323,15 @@ def _body(kwargs: Mapping[str, Any], items: list[Item]) -> dict[str, Any]:
 
 
 def _overflow(error: Exception) -> ContextOverflowError | None:
-    status = getattr(error, "status_code", None)
-    if not isinstance(status, int):
-        return None
     response = getattr(error, "response", None)
+    status = getattr(error, "status_code", None)
+    if response is None or not isinstance(status, int):
+        return None
     try:
-        text = response.text if response is not None else str(error)
+        text = response.text
     except Exception:  # a streamed error body that was never read
-        text = str(error)
-    return classify_error(status, text or json.dumps(getattr(error, "body", None)))
+        return overflow_of(error)
+    return classify_error(status, text) or overflow_of(error)
 
 
 def _is_async(client: Any) -> bool:
