@@ -84,6 +84,8 @@ class ContextGuard:
         self.summarizer = summarizer
         self.archive = archive if isinstance(archive, Archive | None) else Archive(archive)
         self.compaction_id: str | None = None
+        self.compacted_at: float | None = None
+        """When the latest compaction ran: usage reported before it describes another context."""
         self.compactions: list[CompactionRecord] = []
         self.results: list[CompactionResult] = []
         self.overflows = 0
@@ -104,7 +106,12 @@ class ContextGuard:
 
     def estimate(self, request: Request) -> ContextEstimate:
         """The request's size, usage-first (usage recorded under the current compaction only)."""
-        return context_tokens(request, self.counter, compaction_id=self.compaction_id)
+        return context_tokens(
+            request,
+            self.counter,
+            compaction_id=self.compaction_id,
+            compacted_at=self.compacted_at,
+        )
 
     def should_compact(self, request: Request) -> bool:
         """True when the rule fires for ``request`` at a request or step checkpoint."""
@@ -117,6 +124,7 @@ class ContextGuard:
 
     def compact(self, request: Request, trigger: Trigger, *, scale: float = 1.0) -> Request:
         """``request`` compacted under the rule's line (lowered by ``scale`` < 1)."""
+        self.compacted_at = time.time()
         floor = self.counter.count(request).floor
         line = compaction_line(self.policy, self.window, floor, self.max_output_tokens)
         result = compact(
