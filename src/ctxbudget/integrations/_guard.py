@@ -90,6 +90,8 @@ class ContextGuard:
         self.results: list[CompactionResult] = []
         self.overflows = 0
         self.overflow_messages: list[str] = []
+        self.sources: list[str] = []
+        """How each check reached its size: ``usage`` (usage-first) or ``count``."""
         self._archived: set[str] = set()
 
     @property
@@ -118,7 +120,9 @@ class ContextGuard:
         checked = self.policy.checked
         if "before_request" not in checked and "after_step" not in checked:
             return False
-        return self.policy.fires(self.estimate(request).tokens, self.window)
+        estimate = self.estimate(request)
+        self.sources.append(estimate.source)
+        return self.policy.fires(estimate.tokens, self.window)
 
     # -- compaction and recovery -------------------------------------------------------------
 

@@ -13,8 +13,9 @@ from typing import Any, Generic, TypeVar
 
 from ctxbudget.compaction.handoff import SUMMARY_HEADER
 from ctxbudget.messages.model import Message
+from ctxbudget.messages.usage import Usage
 
-__all__ = ["SOURCE_KEY", "Substitution", "Translated", "translate"]
+__all__ = ["SOURCE_KEY", "Substitution", "Translated", "UsageMemory", "translate"]
 
 Item = TypeVar("Item")
 SOURCE_KEY = "ctxbudget_source"
@@ -131,3 +132,25 @@ def _items_after(translated: Translated[Item], n: int) -> list[Item]:
             return list(translated.items[i:])
         count += len(group)
     return []
+
+
+@dataclass(slots=True)
+class UsageMemory:
+    """For harnesses whose lists carry no usage: the last list sent and the usage of its reply.
+
+    The reply is the assistant message right after the sent list, so `attach` puts the usage
+    there, where ``context_tokens`` takes it as the base of the next count.
+    """
+
+    sent: tuple[Message, ...] = ()
+    usage: Usage | None = None
+
+    def attach(self, messages: tuple[Message, ...]) -> tuple[Message, ...]:
+        """``messages`` with the last usage on the reply to the last list sent, if present."""
+        n = len(self.sent)
+        usage = self.usage
+        if usage is None or len(messages) <= n or messages[:n] != self.sent:
+            return messages
+        if messages[n].role != "assistant":
+            return messages
+        return (*messages[:n], dataclasses.replace(messages[n], usage=usage), *messages[n + 1 :])

@@ -20,7 +20,7 @@ from ctxbudget.budget.usage import usage_from_openai
 from ctxbudget.compaction.archive import Archive
 from ctxbudget.errors import ContextOverflowError, CtxbudgetError
 from ctxbudget.integrations._guard import ContextGuard, overflow_of
-from ctxbudget.integrations._view import Substitution, Translated, translate
+from ctxbudget.integrations._view import Substitution, Translated, UsageMemory, translate
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.messages.openai import message_from_openai, message_to_openai, request_from_openai
 from ctxbudget.messages.usage import Usage
@@ -69,8 +69,7 @@ class ContextBudgetOpenAI:
         self.messages: list[Item] = []
         """The message list last sent (compacted where the guard compacted)."""
         self._substitution: Substitution[Item] = Substitution()
-        self._sent: tuple[Message, ...] = ()
-        self._usage: Usage | None = None
+        self._memory = UsageMemory()
         self.chat = _Chat(self)
 
     # -- the request -----------------------------------------------------------------------
@@ -85,21 +84,11 @@ class ContextBudgetOpenAI:
         request = Request(
             system=view.system,
             tools=base.tools,
-            messages=self._with_usage(view.messages),
+            messages=self._memory.attach(view.messages),
             max_output_tokens=self.guard.max_output_tokens,
             model=base.model,
         )
         return full, view, request
-
-    def _with_usage(self, messages: tuple[Message, ...]) -> tuple[Message, ...]:
-        """The reply to the last request carries that request's usage: the usage-first base."""
-        n = len(self._sent)
-        usage = self._usage
-        if usage is None or len(messages) <= n or messages[:n] != self._sent:
-            return messages
-        if messages[n].role != "assistant":
-            return messages
-        return (*messages[:n], dataclasses.replace(messages[n], usage=usage), *messages[n + 1 :])
 
     def _compacted(
         self, full: Translated[Item], view: Translated[Item], compacted: Request
@@ -111,16 +100,16 @@ class ContextBudgetOpenAI:
 
     def _sent_record(self, view: Translated[Item]) -> None:
         self.messages = list(view.items)
-        self._sent = view.messages
+        self._memory.sent = view.messages
 
     def _record(self, usage: object) -> None:
         if usage is None:
             return
         raw = usage.model_dump() if hasattr(usage, "model_dump") else usage
         try:
-            self._usage = self.guard.stamp(usage_from_openai(raw))
+            self._memory.usage = self.guard.stamp(usage_from_openai(raw))
         except CtxbudgetError:
-            self._usage = None  # an unreadable report: count instead next time
+            self._memory.usage = None  # an unreadable report: count instead next time
 
     # -- summaries -------------------------------------------------------------------------
 
