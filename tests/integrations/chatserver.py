@@ -46,4 +46,8 @@ def tool_result(call: Any) -> dict[str, Any]:
     from tests.integrations.scripted import tool_output
 
     args = json.loads(call.function.arguments)
-    return {"role": "tool", "tool_call_id": call.id, "content": tool_output(call.function.name, args)}
+    return {
+        "role": "tool",
+        "tool_call_id": call.id,
+        "content": tool_output(call.function.name, args),
+    }

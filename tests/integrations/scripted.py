@@ -52,7 +52,9 @@ def tool_output(name: str, args: dict[str, Any]) -> str:
     if name == "read_file":
         path = args["path"]
         lines = [f"# {path}"]
-        lines += [f"def helper_{i}(value):  # line {i} of {path}\n    return value" for i in range(12)]
+        lines += [
+            f"def helper_{i}(value):  # line {i} of {path}\n    return value" for i in range(12)
+        ]
         return "\n".join(lines)
     command = args["command"]
     lines = [f"$ {command}", "============ test session starts ============"]

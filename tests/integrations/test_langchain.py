@@ -9,13 +9,16 @@ from typing import Any
 from langchain.agents import create_agent
 from langchain_core.exceptions import ContextOverflowError
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.messages import convert_to_openai_messages
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+    convert_to_openai_messages,
+)
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
-
-from ctxbudget.integrations.langchain import ContextBudgetMiddleware
 from tests.integrations.scripted import (
     CONFIGURED_WINDOW,
     ERROR_LINE,
@@ -26,6 +29,8 @@ from tests.integrations.scripted import (
     ScriptedModel,
     tool_output,
 )
+
+from ctxbudget.integrations.langchain import ContextBudgetMiddleware
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -41,8 +46,9 @@ class ScriptedChatModel(BaseChatModel):
     def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
-                  **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         body = {"messages": convert_to_openai_messages(messages), "tools": kwargs.get("tools")}
         status, answer = self.script.respond({k: v for k, v in body.items() if v})
         if status != 200:
@@ -50,8 +56,12 @@ class ScriptedChatModel(BaseChatModel):
         message = answer["choices"][0]["message"]
         usage = answer["usage"]
         calls = [
-            {"name": c["function"]["name"], "args": __import__("json").loads(c["function"]["arguments"]),
-             "id": c["id"], "type": "tool_call"}
+            {
+                "name": c["function"]["name"],
+                "args": __import__("json").loads(c["function"]["arguments"]),
+                "id": c["id"],
+                "type": "tool_call",
+            }
             for c in message.get("tool_calls") or ()
         ]
         reply = AIMessage(

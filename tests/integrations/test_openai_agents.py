@@ -7,8 +7,6 @@ import asyncio
 
 import openai
 from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
-
-from ctxbudget.integrations.openai_agents import context_budget_filter
 from tests.integrations.chatserver import ChatServer
 from tests.integrations.scripted import (
     CONFIGURED_WINDOW,
@@ -19,6 +17,8 @@ from tests.integrations.scripted import (
     TOKENIZER,
     tool_output,
 )
+
+from ctxbudget.integrations.openai_agents import context_budget_filter
 
 
 @function_tool

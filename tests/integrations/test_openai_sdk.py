@@ -7,8 +7,6 @@ from typing import Any
 
 import openai
 import pytest
-
-from ctxbudget.integrations.openai_sdk import guard_openai
 from tests.integrations.chatserver import ChatServer, tool_result
 from tests.integrations.scripted import (
     CONFIGURED_WINDOW,
@@ -20,6 +18,8 @@ from tests.integrations.scripted import (
     ScriptedModel,
     openai_tools,
 )
+
+from ctxbudget.integrations.openai_sdk import guard_openai
 
 
 def _check(model: ScriptedModel, guard: Any, answer: str) -> None:

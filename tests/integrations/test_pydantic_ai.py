@@ -11,8 +11,6 @@ from pydantic_ai import messages as pm
 from pydantic_ai.exceptions import ModelContextWindowExceededError, ModelHTTPError
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage, UsageLimits
-
-from ctxbudget.integrations.pydantic_ai import context_budget_processor
 from tests.integrations.scripted import (
     CONFIGURED_WINDOW,
     ERROR_LINE,
@@ -24,6 +22,8 @@ from tests.integrations.scripted import (
     tool_output,
 )
 
+from ctxbudget.integrations.pydantic_ai import context_budget_processor
+
 
 def _openai_messages(messages: list[pm.ModelMessage]) -> list[dict[str, Any]]:
     """The history as the chat-completions messages an OpenAI-compatible server would get."""
@@ -32,11 +32,21 @@ def _openai_messages(messages: list[pm.ModelMessage]) -> list[dict[str, Any]]:
         if isinstance(message, pm.ModelResponse):
             text = "".join(p.content for p in message.parts if isinstance(p, pm.TextPart))
             calls = [
-                {"id": p.tool_call_id, "type": "function",
-                 "function": {"name": p.tool_name, "arguments": p.args_as_json_str()}}
-                for p in message.parts if isinstance(p, pm.ToolCallPart)
+                {
+                    "id": p.tool_call_id,
+                    "type": "function",
+                    "function": {"name": p.tool_name, "arguments": p.args_as_json_str()},
+                }
+                for p in message.parts
+                if isinstance(p, pm.ToolCallPart)
             ]
-            out.append({"role": "assistant", "content": text or None, **({"tool_calls": calls} if calls else {})})
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": text or None,
+                    **({"tool_calls": calls} if calls else {}),
+                }
+            )
             continue
         for part in message.parts:
             if isinstance(part, pm.SystemPromptPart):
@@ -44,16 +54,27 @@ def _openai_messages(messages: list[pm.ModelMessage]) -> list[dict[str, Any]]:
             elif isinstance(part, pm.UserPromptPart):
                 out.append({"role": "user", "content": str(part.content)})
             elif isinstance(part, pm.ToolReturnPart):
-                out.append({"role": "tool", "tool_call_id": part.tool_call_id,
-                            "content": part.model_response_str()})
+                out.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": part.tool_call_id,
+                        "content": part.model_response_str(),
+                    }
+                )
     return out
 
 
 def _model(script: ScriptedModel) -> FunctionModel:
     def respond(messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
         tools = [
-            {"type": "function", "function": {"name": t.name, "description": t.description or "",
-                                              "parameters": t.parameters_json_schema}}
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description or "",
+                    "parameters": t.parameters_json_schema,
+                },
+            }
             for t in info.function_tools
         ]
         body = {"messages": _openai_messages(messages), **({"tools": tools} if tools else {})}

@@ -96,7 +96,7 @@ class ContextGuard:
 
     @property
     def max_output_tokens(self) -> int:
-        """The reply limit each request should ask for: as configured, else a share of the window."""
+        """The reply limit a request should ask for: as configured, else a share of the window."""
         return effective_max_output(self.window, self._max_output_setting)
 
     @property

@@ -55,9 +55,7 @@ def translate(
     system: list[str] = []
     lead = 0
     for i, item in enumerate(items):
-        got = tuple(
-            dataclasses.replace(m, meta={**m.meta, SOURCE_KEY: i}) for m in one(item) if m
-        )
+        got = tuple(dataclasses.replace(m, meta={**m.meta, SOURCE_KEY: i}) for m in one(item) if m)
         if lead_system and not any(per_item) and got and all(m.role == "system" for m in got):
             system.extend(m.text for m in got)
             per_item.append(())

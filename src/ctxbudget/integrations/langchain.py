@@ -55,7 +55,7 @@ Handler = Callable[[ModelRequest], Any]
 AsyncHandler = Callable[[ModelRequest], Awaitable[Any]]
 
 
-class ContextBudgetMiddleware(AgentMiddleware):  # type: ignore[type-arg]
+class ContextBudgetMiddleware(AgentMiddleware):
     """Keeps a ``create_agent`` conversation inside ``window`` tokens, counted by ``tokenizer``.
 
     ``policy`` (a rule name or `Policy`), ``strategy`` and ``archive`` are the core's. Summaries
@@ -225,7 +225,9 @@ def _read(message: BaseMessage) -> tuple[Message, ...]:
             for c in message.tool_calls
         )
         return (
-            Message(role="assistant", content=message.text, tool_calls=calls, usage=_usage(message)),
+            Message(
+                role="assistant", content=message.text, tool_calls=calls, usage=_usage(message)
+            ),
         )
     return (Message(role="user", content=_content(message)),)
 
@@ -240,7 +242,9 @@ def _content(message: BaseMessage) -> str | tuple[TextPart | ImagePart, ...]:
         elif block.get("type") == "text":
             parts.append(TextPart(str(block.get("text", ""))))
         elif block.get("type") in ("image_url", "image"):
-            url = block.get("image_url", {}).get("url") if "image_url" in block else block.get("url")
+            url = (
+                block.get("image_url", {}).get("url") if "image_url" in block else block.get("url")
+            )
             parts.append(ImagePart(url=url if isinstance(url, str) else None))
     return tuple(parts)
 
@@ -284,7 +288,7 @@ def _replace_all(messages: Sequence[BaseMessage]) -> dict[str, Any]:
     return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages]}
 
 
-def _result(response: Any) -> ModelResponse:  # type: ignore[type-arg]
+def _result(response: Any) -> ModelResponse:
     if isinstance(response, ExtendedModelResponse):
         return response.model_response
     if isinstance(response, AIMessage):

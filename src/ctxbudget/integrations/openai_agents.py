@@ -121,7 +121,9 @@ class ContextBudgetFilter:
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _request(self, view: Translated[Item], instructions: str | None, agent: Agent[Any]) -> Request:
+    def _request(
+        self, view: Translated[Item], instructions: str | None, agent: Agent[Any]
+    ) -> Request:
         return Request(
             system="\n\n".join(s for s in (instructions or "", view.system) if s),
             tools=_tool_specs(agent),
@@ -183,7 +185,9 @@ def _read(item: Item) -> tuple[Message, ...]:
         call = ToolCall(id=item["call_id"], name=item["name"], arguments=item.get("arguments", ""))
         return (Message(role="assistant", tool_calls=(call,)),)
     if kind == "function_call_output":
-        return (Message(role="tool", content=_text(item.get("output")), tool_call_id=item["call_id"]),)
+        return (
+            Message(role="tool", content=_text(item.get("output")), tool_call_id=item["call_id"]),
+        )
     role = item.get("role")
     if kind not in (None, "message") or role not in ("user", "assistant", "system", "developer"):
         return ()  # reasoning and hosted-tool items: nothing of ours to count

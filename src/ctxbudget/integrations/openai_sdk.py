@@ -8,10 +8,8 @@ place of the part of your list it replaced; ``guarded.messages`` is the list las
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
-import json
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,6 @@ from ctxbudget.integrations._guard import ContextGuard, overflow_of
 from ctxbudget.integrations._view import Substitution, Translated, UsageMemory, translate
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.messages.openai import message_from_openai, message_to_openai, request_from_openai
-from ctxbudget.messages.usage import Usage
 from ctxbudget.providers.overflow import classify_error
 from ctxbudget.tokens.base import TokenCounter
 
@@ -74,7 +71,9 @@ class ContextBudgetOpenAI:
 
     # -- the request -----------------------------------------------------------------------
 
-    def _plan(self, kwargs: Mapping[str, Any]) -> tuple[Translated[Item], Translated[Item], Request]:
+    def _plan(
+        self, kwargs: Mapping[str, Any]
+    ) -> tuple[Translated[Item], Translated[Item], Request]:
         """(your list, the list to send, its request): the compacted view stands in for the
         prefix of your list it replaced."""
         full = translate([_as_dict(m) for m in kwargs["messages"]], _read)

@@ -255,17 +255,26 @@ def _rebuild(original: pm.ModelMessage | None, group: list[Message]) -> pm.Model
         return pm.ModelRequest(parts=[pm.UserPromptPart(content=group[0].text)])
     if isinstance(original, pm.ModelResponse):
         text = group[0].text
-        others = [p for p in original.parts if not isinstance(p, pm.TextPart | pm.ThinkingPart)]
-        parts = [pm.TextPart(content=text)] if text else []
-        return dataclasses.replace(original, parts=[*parts, *others])
-    parts = []
-    for m in group:
-        part = original.parts[m.meta[PART_KEY]]
-        if isinstance(part, pm.ToolReturnPart | pm.UserPromptPart | pm.RetryPromptPart):
-            if _request_part(part) != dataclasses.replace(m, meta={}):
-                part = dataclasses.replace(part, content=m.text)
-        parts.append(part)
-    return dataclasses.replace(original, parts=parts)
+        kept = [p for p in original.parts if not isinstance(p, pm.TextPart | pm.ThinkingPart)]
+        lead: list[pm.ModelResponsePart] = [pm.TextPart(content=text)] if text else []
+        return dataclasses.replace(original, parts=[*lead, *kept])
+    return dataclasses.replace(original, parts=[_part(original, m) for m in group])
+
+
+def _part(original: pm.ModelRequest, m: Message) -> pm.ModelRequestPart:
+    """The request part ``m`` came from, with the text compaction gave it (a placeholder)."""
+    part: pm.ModelRequestPart = original.parts[int(m.meta[PART_KEY])]
+    if _request_part(part) == dataclasses.replace(m, meta={}):
+        return part
+    if type(part) is pm.ToolReturnPart:
+        # A cleared or shortened output. Subclasses (tool-search returns) hold structured
+        # content that a text would break: they stay as they were.
+        return dataclasses.replace(part, content=m.text)  # type: ignore[arg-type]
+    if isinstance(part, pm.UserPromptPart):
+        return dataclasses.replace(part, content=m.text)
+    if isinstance(part, pm.RetryPromptPart):
+        return dataclasses.replace(part, content=m.text)
+    return part
 
 
 def _tool_specs(tools: Sequence[Any]) -> tuple[ToolSpec, ...]:
@@ -299,4 +308,3 @@ class _Summarizer:
         call = self.model.request([ask], None, ModelRequestParameters())
         reply = asyncio.run_coroutine_threadsafe(call, self.loop).result()
         return "".join(p.content for p in reply.parts if isinstance(p, pm.TextPart))
-
