@@ -92,8 +92,10 @@ class ContextBudgetMiddleware(AgentMiddleware):
 
     def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         """State update replacing the messages by the compacted view, when the rule fires."""
+        if self._model is None:
+            return None  # before the first model call: `wrap_model_call` knows the whole request
         view = translate(state["messages"], _read)
-        self.guard.summarizer = _Summarizer(self._model) if self._model is not None else None
+        self.guard.summarizer = _Summarizer(self._model)
         compacted = self.guard.prepare(self._request(view))
         if compacted is None:
             return None
@@ -101,8 +103,10 @@ class ContextBudgetMiddleware(AgentMiddleware):
 
     async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         """`before_model` for async runs; the summary call runs on the caller's event loop."""
+        if self._model is None:
+            return None
         view = translate(state["messages"], _read)
-        self.guard.summarizer = _summarizer(self._model, asyncio.get_running_loop())
+        self.guard.summarizer = _LoopSummarizer(self._model, asyncio.get_running_loop())
         compacted = await asyncio.to_thread(self.guard.prepare, self._request(view))
         if compacted is None:
             return None
@@ -136,7 +140,7 @@ class ContextBudgetMiddleware(AgentMiddleware):
     async def awrap_model_call(self, request: ModelRequest, handler: AsyncHandler) -> Any:
         """`wrap_model_call` for async runs."""
         view, ours = self._learn(request)
-        self.guard.summarizer = _summarizer(self._model, asyncio.get_running_loop())
+        self.guard.summarizer = _LoopSummarizer(self._model, asyncio.get_running_loop())
         compacted = await asyncio.to_thread(self.guard.prepare, ours)
         if compacted is not None:
             view, ours, request = self._apply(view, request, compacted)
@@ -320,10 +324,6 @@ class _LoopSummarizer(_Summarizer):
     def summarize(self, request: Request) -> str:
         call = self.model.ainvoke(_summary_messages(request))
         return str(asyncio.run_coroutine_threadsafe(call, self.loop).result().text)
-
-
-def _summarizer(model: Any, loop: asyncio.AbstractEventLoop) -> _Summarizer | None:
-    return None if model is None else _LoopSummarizer(model, loop)
 
 
 def _summary_messages(request: Request) -> list[BaseMessage]:
