@@ -5,13 +5,12 @@ from __future__ import annotations
 import contextlib
 import io
 import re
-
 from typing import Any
 
 import pytest
+from tests.conftest import REPO
 
 from ctxbudget.compaction import SUMMARY_HEADER
-from tests.conftest import REPO
 
 SECTION = "## Inside other harnesses"
 
