@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -19,6 +20,7 @@ from tests.integrations.scripted import (
     openai_tools,
 )
 
+from ctxbudget.compaction import load_archive
 from ctxbudget.integrations.openai_sdk import guard_openai
 
 
@@ -65,10 +67,13 @@ def _assemble(stream: Any) -> Any:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_long_tool_loop_stays_inside_the_window(stream: bool) -> None:
+def test_a_long_tool_loop_stays_inside_the_window(stream: bool, tmp_path: Path) -> None:
+    archive = tmp_path / "session.jsonl"
     with ChatServer() as server:
         client = openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
-        guarded = guard_openai(client, window=CONFIGURED_WINDOW, tokenizer=TOKENIZER)
+        guarded = guard_openai(
+            client, window=CONFIGURED_WINDOW, tokenizer=TOKENIZER, archive=archive
+        )
         history: list[Any] = [
             {"role": "system", "content": "You are a careful coding agent."},
             {"role": "user", "content": TASK},
@@ -78,6 +83,15 @@ def test_a_long_tool_loop_stays_inside_the_window(stream: bool) -> None:
     assert history[1]["content"] == TASK and len(history) > 80  # the caller's list is whole
     assert guarded.messages[0]["role"] == "system"
     assert any("ctxbudget handoff" in str(m.get("content")) for m in guarded.messages)
+    guarded.guard.archive.close()
+    state = load_archive(archive)
+    # Everything said is on disk once, the summaries and placeholders only in compaction records.
+    said = history[1:]
+    assert len(state.history) == len(said) - 1  # the final answer was never sent back
+    assert state.compactions == len(guarded.guard.compactions)
+    assert [m.tool_call_id for m in state.history if m.role == "tool"] == [
+        m["tool_call_id"] for m in said if isinstance(m, dict) and m.get("role") == "tool"
+    ]
 
 
 def test_the_async_client_is_guarded_too() -> None:

@@ -28,7 +28,10 @@ from ctxbudget.messages.usage import Usage
 from ctxbudget.providers.overflow import classify_error
 from ctxbudget.tokens.base import TokenCounter
 
-__all__ = ["ContextGuard", "one_line", "overflow_of"]
+__all__ = ["ADAPTER_META_PREFIX", "ContextGuard", "one_line", "overflow_of"]
+
+ADAPTER_META_PREFIX = "ctxbudget_"
+"""``Message.meta`` keys the adapters use to map messages back to their items; not archived."""
 
 
 def one_line(text: str) -> str:
@@ -153,7 +156,12 @@ class ContextGuard:
         self.compactions.append(record)
         if self.archive is not None:
             self.observe(request.messages)
-            self.archive.append_compaction(result, trigger=trigger)
+            view = tuple(_clean(m) for m in result.messages)
+            # The view's new messages (summary, placeholders) live in the compaction record.
+            self._archived.update(_digest(m) for m in view)
+            self.archive.append_compaction(
+                dataclasses.replace(result, messages=view), trigger=trigger
+            )
         return request.with_messages(result.messages)
 
     def prepare(self, request: Request) -> Request | None:
@@ -206,10 +214,11 @@ class ContextGuard:
         if self.archive is None:
             return
         for message in messages:
-            key = _digest(message)
-            if key not in self._archived:
+            clean = _clean(message)
+            key = _digest(clean)
+            if key not in self._archived and not clean.is_summary:
                 self._archived.add(key)
-                self.archive.append_message(message)
+                self.archive.append_message(clean)
 
     def report(self) -> dict[str, Any]:
         """The guard's numbers: window, overflows, and each compaction (``ctxbudget demo`` keys)."""
@@ -228,7 +237,14 @@ def _counter(tokenizer: str | TokenCounter) -> RequestCounterLike:
     return counter
 
 
+def _clean(message: Message) -> Message:
+    meta = {k: v for k, v in message.meta.items() if not k.startswith(ADAPTER_META_PREFIX)}
+    return dataclasses.replace(message, meta=meta)
+
+
 def _digest(message: Message) -> str:
-    record = message_to_record(message)
+    """The message's identity in the archive: what the model reads. Usage and meta are left out:
+    a message handed back to a framework and read again has lost them."""
+    record = message_to_record(dataclasses.replace(message, usage=None, meta={}))
     text = json.dumps(record, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha1(text.encode("utf-8")).hexdigest()

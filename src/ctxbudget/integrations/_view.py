@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ctxbudget.compaction.handoff import SUMMARY_HEADER
+from ctxbudget.integrations._guard import ADAPTER_META_PREFIX
 from ctxbudget.messages.model import Message
 from ctxbudget.messages.usage import Usage
 
 __all__ = ["SOURCE_KEY", "Substitution", "Translated", "UsageMemory", "translate"]
 
 Item = TypeVar("Item")
-SOURCE_KEY = "ctxbudget_source"
+SOURCE_KEY = f"{ADAPTER_META_PREFIX}source"
 """``Message.meta`` key: the index of the framework item a message was translated from."""
 
 

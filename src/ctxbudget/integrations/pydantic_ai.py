@@ -17,7 +17,7 @@ from typing import Any
 from ctxbudget.budget.rules import Policy
 from ctxbudget.compaction.archive import Archive
 from ctxbudget.integrations import require
-from ctxbudget.integrations._guard import ContextGuard, overflow_of
+from ctxbudget.integrations._guard import ADAPTER_META_PREFIX, ContextGuard, overflow_of
 from ctxbudget.integrations._view import Translated, translate
 from ctxbudget.messages.model import ImagePart, Message, Request, TextPart, ToolCall, ToolSpec
 from ctxbudget.messages.usage import Usage
@@ -33,7 +33,7 @@ from pydantic_ai.models import ModelRequestContext, ModelRequestParameters  # no
 
 __all__ = ["ContextBudgetProcessor", "ContextBudgetRecovery", "context_budget_processor"]
 
-PART_KEY = "ctxbudget_part"
+PART_KEY = f"{ADAPTER_META_PREFIX}part"
 """``Message.meta`` key: the index of the part of a ``ModelRequest`` a message came from."""
 
 
