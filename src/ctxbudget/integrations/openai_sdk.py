@@ -20,7 +20,12 @@ from ctxbudget.errors import ContextOverflowError, CtxbudgetError
 from ctxbudget.integrations._guard import ContextGuard, overflow_of
 from ctxbudget.integrations._view import Substitution, Translated, UsageMemory, translate
 from ctxbudget.messages.model import Message, Request
-from ctxbudget.messages.openai import message_from_openai, message_to_openai, request_from_openai
+from ctxbudget.messages.openai import (
+    message_from_openai,
+    message_to_openai,
+    request_from_openai,
+    request_to_openai,
+)
 from ctxbudget.providers.overflow import classify_error
 from ctxbudget.tokens.base import TokenCounter
 
@@ -69,6 +74,13 @@ class ContextBudgetOpenAI:
         self._memory = UsageMemory()
         self.chat = _Chat(self)
 
+    def __getattr__(self, name: str) -> Any:
+        # Everything but chat completions (models, embeddings, the Responses API) is the
+        # client's own, unguarded.
+        if name == "client":
+            raise AttributeError(name)  # not set yet (copy, unpickling): no recursion
+        return getattr(self.client, name)
+
     # -- the request -----------------------------------------------------------------------
 
     def _plan(
@@ -113,8 +125,6 @@ class ContextBudgetOpenAI:
     # -- summaries -------------------------------------------------------------------------
 
     def _summary_body(self, request: Request, model: str) -> dict[str, Any]:
-        from ctxbudget.messages.openai import request_to_openai
-
         body = request_to_openai(request, include_reasoning=False)
         body["model"] = self.summary_model or model
         return body
@@ -122,9 +132,13 @@ class ContextBudgetOpenAI:
 
 class _Chat:
     def __init__(self, owner: ContextBudgetOpenAI) -> None:
+        self.owner = owner
         self.completions: _Completions | _AsyncCompletions = (
             _AsyncCompletions(owner) if owner.is_async else _Completions(owner)
         )
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.owner.client.chat, name)
 
 
 class _Completions:
@@ -132,6 +146,9 @@ class _Completions:
 
     def __init__(self, owner: ContextBudgetOpenAI) -> None:
         self.owner = owner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.owner.client.chat.completions, name)
 
     def create(self, **kwargs: Any) -> Any:
         """As ``client.chat.completions.create``; ``messages`` is your whole conversation."""
@@ -170,6 +187,9 @@ class _AsyncCompletions:
 
     def __init__(self, owner: ContextBudgetOpenAI) -> None:
         self.owner = owner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.owner.client.chat.completions, name)
 
     async def create(self, **kwargs: Any) -> Any:
         """As ``await client.chat.completions.create``; ``messages`` is your whole conversation."""
