@@ -27,19 +27,19 @@ FINAL_ANSWER = "Done: parse_price handles decimal commas; all 30 modules reviewe
 TASK = "Review every module under src/shop and fix the failing price test."
 
 
-def overflow_message(prompt: int) -> str:
+def overflow_message(prompt: int, window: int = SERVER_WINDOW) -> str:
     """OpenAI's chat-completions text for a prompt over the window."""
     return (
-        f"This model's maximum context length is {SERVER_WINDOW} tokens. However, your messages "
+        f"This model's maximum context length is {window} tokens. However, your messages "
         f"resulted in {prompt} tokens. Please reduce the length of the messages."
     )
 
 
-def overflow_body(prompt: int) -> dict[str, Any]:
+def overflow_body(prompt: int, window: int = SERVER_WINDOW) -> dict[str, Any]:
     """OpenAI's error body for ``context_length_exceeded`` (HTTP 400)."""
     return {
         "error": {
-            "message": overflow_message(prompt),
+            "message": overflow_message(prompt, window),
             "type": "invalid_request_error",
             "param": "messages",
             "code": "context_length_exceeded",
@@ -90,13 +90,13 @@ class ScriptedModel:
         if request.system.startswith(SUMMARIZER_SYSTEM[:60]):
             self.summaries += 1
             if prompt > self.window:
-                return 400, overflow_body(prompt)
+                return 400, overflow_body(prompt, self.window)
             return 200, self._reply(prompt, content=_summary_text(), calls=())
         self.prompts.append(prompt)
         self._check_pairs(body["messages"])
         if prompt > self.window:
             self.rejected.append(len(self.prompts) - 1)
-            return 400, overflow_body(prompt)
+            return 400, overflow_body(prompt, self.window)
         step, self.step = self.step, self.step + 1
         if step >= TOOL_STEPS:
             return 200, self._reply(prompt, content=FINAL_ANSWER, calls=())

@@ -21,6 +21,7 @@ from tests.integrations.scripted import (
 )
 
 from ctxbudget.compaction import load_archive
+from ctxbudget.errors import CtxbudgetError
 from ctxbudget.integrations.openai_sdk import guard_openai
 
 
@@ -112,3 +113,18 @@ def test_the_async_client_is_guarded_too() -> None:
     with ChatServer() as server:
         answer, guard = asyncio.run(run(server.base_url))
     _check(server.model, guard, answer)
+
+
+def test_a_window_too_small_for_the_task_is_one_clear_error() -> None:
+    with ChatServer(ScriptedModel(window=40)) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
+        guarded = guard_openai(client, window=CONFIGURED_WINDOW, tokenizer=TOKENIZER)
+        history = [{"role": "user", "content": TASK}, {"role": "assistant", "content": "ok"}]
+        history += [
+            {"role": "user", "content": f"step {i}: " + "more detail " * 40} for i in (1, 2)
+        ]
+        with pytest.raises(CtxbudgetError) as caught:
+            guarded.chat.completions.create(model="scripted", messages=history)
+    assert "\n" not in str(caught.value)
+    assert len(server.model.prompts) <= 2  # the first request and at most one retry
+    assert guarded.guard.overflows >= 1
