@@ -21,7 +21,7 @@ from tests.integrations.scripted import (
 )
 
 from ctxbudget.compaction import load_archive
-from ctxbudget.errors import CtxbudgetError
+from ctxbudget.errors import CtxbudgetError, PromptFloorExceeded
 from ctxbudget.integrations.openai_sdk import guard_openai
 
 
@@ -128,3 +128,17 @@ def test_a_window_too_small_for_the_task_is_one_clear_error() -> None:
     assert "\n" not in str(caught.value)
     assert len(server.model.prompts) <= 2  # the first request and at most one retry
     assert guarded.guard.overflows >= 1
+
+
+def test_a_system_prompt_over_the_window_is_refused_before_sending() -> None:
+    with ChatServer() as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
+        guarded = guard_openai(client, window=1_000, tokenizer=TOKENIZER)
+        history = [
+            {"role": "system", "content": "rule " * 2_000},
+            {"role": "user", "content": TASK},
+        ]
+        with pytest.raises(PromptFloorExceeded) as caught:
+            guarded.chat.completions.create(model="scripted", messages=history)
+    assert "\n" not in str(caught.value) and "> window 1,000" in str(caught.value)
+    assert server.requests == []

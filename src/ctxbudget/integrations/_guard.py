@@ -15,8 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from ctxbudget.agent.events import CompactionRecord, Trigger
-from ctxbudget.agent.settings import compaction_line, effective_max_output, policy_for
+from ctxbudget.agent.settings import (
+    compaction_line,
+    effective_max_output,
+    policy_for,
+    reply_reserve,
+)
 from ctxbudget.budget.context import ContextEstimate, RequestCounterLike, context_tokens
+from ctxbudget.budget.floor import check_prompt_floor
 from ctxbudget.budget.rules import Policy, validate_window
 from ctxbudget.compaction.archive import Archive
 from ctxbudget.compaction.records import message_to_record
@@ -96,6 +102,7 @@ class ContextGuard:
         self.sources: list[str] = []
         """How each check reached its size: ``usage`` (usage-first) or ``count``."""
         self._archived: set[str] = set()
+        self._floor_checked = False
 
     @property
     def max_output_tokens(self) -> int:
@@ -164,8 +171,19 @@ class ContextGuard:
             )
         return request.with_messages(result.messages)
 
+    def check_floor(self, request: Request) -> None:
+        """Raise `PromptFloorExceeded` when system + tools + reply reserve exceed the window."""
+        reserve = reply_reserve(self.policy, self.window, self.max_output_tokens)
+        check_prompt_floor(self.counter.count(request), self.window, reserve, request=request)
+        self._floor_checked = True
+
     def prepare(self, request: Request) -> Request | None:
-        """The compacted request when the rule fires, else None (send ``request`` as it is)."""
+        """The compacted request when the rule fires, else None (send ``request`` as it is).
+
+        The first call checks the prompt floor (`PromptFloorExceeded`: nothing could fit).
+        """
+        if not self._floor_checked:
+            self.check_floor(request)
         self.observe(request.messages)
         if not self.should_compact(request):
             return None
@@ -186,6 +204,7 @@ class ContextGuard:
             self.policy = policy_for(self._policy_spec, self.window, self.max_output_tokens)
             if self.archive is not None:
                 self.archive.append_meta({"window": self.window})
+            self.check_floor(request)
         ours = self.counter.count(request).total
         real = error.prompt_tokens
         scale = min(1.0, ours / real) if real and ours > 0 else 1.0
