@@ -83,7 +83,7 @@ class ContextBudgetFilter:
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         """The model input, compacted when the rule fires for it."""
-        full = translate(list(data.model_data.input), _read)
+        full = translate([_as_item(i) for i in data.model_data.input], _read)
         view = translate(self._substitution.apply(full), _read)
         request = self._request(view, data.model_data.instructions, data.agent)
         self._learn_model(data.agent)
@@ -177,6 +177,12 @@ class _UsageHooks(RunHooks[Any]):
 
 
 # -- translation -----------------------------------------------------------------------------
+
+
+def _as_item(item: Any) -> Item:
+    # Input items are TypedDicts; a caller may have put SDK objects (pydantic models) in.
+    dump = getattr(item, "model_dump", None)
+    return dump(exclude_unset=True) if callable(dump) else item
 
 
 def _read(item: Item) -> tuple[Message, ...]:
