@@ -9,17 +9,17 @@ place of the part it replaced. ``budget.hooks`` (usage-first counting) and ``bud
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
 from ctxbudget.budget.rules import Policy
+from ctxbudget.budget.usage import usage_from_openai_responses
 from ctxbudget.compaction.archive import Archive
 from ctxbudget.integrations import require
 from ctxbudget.integrations._guard import ContextGuard, overflow_of
+from ctxbudget.integrations._responses import as_item, read_item, rebuild_item
 from ctxbudget.integrations._view import Substitution, Translated, UsageMemory, translate
-from ctxbudget.messages.model import ImagePart, Message, Request, TextPart, ToolCall, ToolSpec
-from ctxbudget.messages.usage import Usage
+from ctxbudget.messages.model import Request, ToolSpec
 from ctxbudget.tokens.base import TokenCounter
 
 require("agents", "openai-agents", "ctxbudget.integrations.openai_agents")
@@ -83,8 +83,8 @@ class ContextBudgetFilter:
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         """The model input, compacted when the rule fires for it."""
-        full = translate([_as_item(i) for i in data.model_data.input], _read)
-        view = translate(self._substitution.apply(full), _read)
+        full = translate([as_item(i) for i in data.model_data.input], read_item)
+        view = translate(self._substitution.apply(full), read_item)
         request = self._request(view, data.model_data.instructions, data.agent)
         self._learn_model(data.agent)
         compacted = await self._guarded("prepare", request)
@@ -145,23 +145,23 @@ class ContextBudgetFilter:
     def _compacted(
         self, full: Translated[Item], view: Translated[Item], compacted: Request
     ) -> Translated[Item]:
-        items = view.back(compacted.messages, _rebuild)
+        items = view.back(compacted.messages, rebuild_item)
         self._substitution.update(full, items)
-        return translate([*view.items[: view.lead], *items], _read)
+        return translate([*view.items[: view.lead], *items], read_item)
 
     def _record(self, response: ModelResponse) -> None:
-        usage = response.usage
+        usage = response.usage  # the Responses API's shape, whatever the model's API
         if not usage.input_tokens:
             return
-        reasoning = getattr(usage.output_tokens_details, "reasoning_tokens", 0) or 0
-        cached = getattr(usage.input_tokens_details, "cached_tokens", 0) or 0
-        ours = Usage(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cache_read_tokens=cached,
-            reasoning_tokens=min(reasoning, usage.output_tokens),
-        )
-        self._memory.usage = self.guard.stamp(ours)
+        raw = {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "input_tokens_details": {"cached_tokens": usage.input_tokens_details.cached_tokens},
+            "output_tokens_details": {
+                "reasoning_tokens": usage.output_tokens_details.reasoning_tokens
+            },
+        }
+        self._memory.usage = self.guard.stamp(usage_from_openai_responses(raw))
 
 
 class _UsageHooks(RunHooks[Any]):
@@ -174,66 +174,6 @@ class _UsageHooks(RunHooks[Any]):
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
     ) -> None:
         self.owner._record(response)
-
-
-# -- translation -----------------------------------------------------------------------------
-
-
-def _as_item(item: Any) -> Item:
-    # Input items are TypedDicts; a caller may have put SDK objects (pydantic models) in.
-    dump = getattr(item, "model_dump", None)
-    return dump(exclude_unset=True) if callable(dump) else item
-
-
-def _read(item: Item) -> tuple[Message, ...]:
-    kind = item.get("type")
-    if kind == "function_call":
-        call = ToolCall(id=item["call_id"], name=item["name"], arguments=item.get("arguments", ""))
-        return (Message(role="assistant", tool_calls=(call,)),)
-    if kind == "function_call_output":
-        return (
-            Message(role="tool", content=_text(item.get("output")), tool_call_id=item["call_id"]),
-        )
-    role = item.get("role")
-    if kind not in (None, "message") or role not in ("user", "assistant", "system", "developer"):
-        return ()  # reasoning and hosted-tool items: nothing of ours to count
-    content = _content(item.get("content"))
-    return (Message(role="system" if role == "developer" else role, content=content),)
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return "".join(str(p.get("text", "")) for p in value if isinstance(p, dict))
-    return json.dumps(value, default=str)
-
-
-def _content(value: Any) -> str | tuple[TextPart | ImagePart, ...]:
-    if isinstance(value, str) or value is None:
-        return value or ""
-    parts: list[TextPart | ImagePart] = []
-    for part in value:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("input_text", "output_text", "text"):
-            parts.append(TextPart(str(part.get("text", ""))))
-        elif kind == "refusal":
-            parts.append(TextPart(str(part.get("refusal", ""))))
-        elif kind == "input_image":
-            url = part.get("image_url")
-            parts.append(ImagePart(url=url if isinstance(url, str) else None))
-    return tuple(parts)
-
-
-def _rebuild(original: Item | None, group: list[Message]) -> Item:
-    text = group[0].text
-    if original is None:  # the handoff summary
-        return {"role": "user", "content": text}
-    if original.get("type") == "function_call_output":
-        return {**original, "output": text}
-    if original.get("role") == "assistant":
-        return {**original, "content": [{"type": "output_text", "text": text, "annotations": []}]}
-    return {**original, "content": text}
 
 
 def _tool_specs(agent: Agent[Any]) -> tuple[ToolSpec, ...]:
