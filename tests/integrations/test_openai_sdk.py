@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from tests.integrations.scripted import (
     TOKENIZER,
     ScriptedModel,
     openai_tools,
+    tool_output,
 )
 
 from ctxbudget.compaction import load_archive
@@ -142,3 +144,28 @@ def test_a_system_prompt_over_the_window_is_refused_before_sending() -> None:
             guarded.chat.completions.create(model="scripted", messages=history)
     assert "\n" not in str(caught.value) and "> window 1,000" in str(caught.value)
     assert server.requests == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_responses_api_is_guarded_too(stream: bool) -> None:
+    tools = [{"type": "function", **t["function"]} for t in openai_tools()]
+    with ChatServer() as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
+        guarded = guard_openai(client, window=CONFIGURED_WINDOW, tokenizer=TOKENIZER)
+        items: list[Any] = [{"role": "user", "content": TASK}]
+        while True:
+            kwargs = {"model": "scripted", "instructions": "You are careful.", "tools": tools}
+            reply = guarded.responses.create(input=items, stream=stream, **kwargs)
+            if stream:
+                reply = next(e.response for e in reply if e.type == "response.completed")
+            items.extend(reply.output)
+            calls = [o for o in reply.output if o.type == "function_call"]
+            if not calls:
+                break
+            for call in calls:
+                output = tool_output(call.name, json.loads(call.arguments))
+                items.append(
+                    {"type": "function_call_output", "call_id": call.call_id, "output": output}
+                )
+    _check(server.model, guarded.guard, reply.output_text)
+    assert all(r.path.endswith("/responses") for r in server.requests)
