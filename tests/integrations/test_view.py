@@ -73,3 +73,13 @@ def test_the_last_usage_goes_on_the_reply_to_the_last_list_sent() -> None:
     memory.sent = view.messages[:1]
     assert memory.attach(view.messages)[1].usage == memory.usage
     assert memory.attach(view.messages[1:]) == view.messages[1:]  # another list: untouched
+
+
+def test_items_with_no_messages_go_with_the_item_after_them() -> None:
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": []}
+    items = [{"role": "user", "content": "task"}, reasoning, *ITEMS[2:]]
+    view = translate(items, lambda i: () if i.get("type") == "reasoning" else _read(i))
+    assert len(view.messages) == 4
+    back = view.back(view.messages[1:], _rebuild)
+    assert back[0] is reasoning and back[1] is items[2]
+    assert view.back([view.messages[0], view.messages[3]], _rebuild) == [items[0], items[4]]

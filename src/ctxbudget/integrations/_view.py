@@ -41,11 +41,21 @@ class Translated(Generic[Item]):
         messages)`` (``original`` None for a message of ours, such as the summary)."""
         out: list[Item] = []
         for index, group in _groups(messages):
+            if index is not None:
+                out.extend(self._silent_before(index))
             if index is not None and _same(group, self.per_item[index]):
                 out.append(self.items[index])
             else:
                 out.append(rebuild(None if index is None else self.items[index], group))
         return out
+
+    def _silent_before(self, index: int) -> list[Item]:
+        """The items with no messages (reasoning, say) just before ``items[index]``: they go
+        where it goes, as a reasoning item goes with the call it preceded."""
+        start = index
+        while start > self.lead and not self.per_item[start - 1]:
+            start -= 1
+        return list(self.items[start:index])
 
 
 def translate(

@@ -2,8 +2,8 @@
 
 ``RunConfig(call_model_input_filter=budget)`` compacts what each model call is sent; the SDK
 resends its whole history every turn, so the filter remembers the compacted view and sends it in
-place of the part it replaced. ``budget.hooks`` (usage-first counting) and ``budget.retry``
-(compact and retry once after an overflow) are optional; ``budget.run_config()`` sets all three.
+place of the part it replaced. ``budget.run_config()`` also sets ``budget.retry`` (compact and
+retry once after an overflow); ``Runner.run(..., hooks=budget.hooks)`` makes counts usage-first.
 """
 
 from __future__ import annotations
