@@ -4,6 +4,7 @@ any request over its window with LangChain's own ContextOverflowError and report
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from langchain.agents import create_agent
@@ -58,7 +59,7 @@ class ScriptedChatModel(BaseChatModel):
         calls = [
             {
                 "name": c["function"]["name"],
-                "args": __import__("json").loads(c["function"]["arguments"]),
+                "args": json.loads(c["function"]["arguments"]),
                 "id": c["id"],
                 "type": "tool_call",
             }
