@@ -157,7 +157,9 @@ def test_the_responses_api_is_guarded_too(stream: bool) -> None:
             kwargs = {"model": "scripted", "instructions": "You are careful.", "tools": tools}
             reply = guarded.responses.create(input=items, stream=stream, **kwargs)
             if stream:
-                reply = next(e.response for e in reply if e.type == "response.completed")
+                with reply as events:  # read to the end: the usage comes last
+                    done = [e.response for e in events if e.type == "response.completed"]
+                reply = done[0]
             items.extend(reply.output)
             calls = [o for o in reply.output if o.type == "function_call"]
             if not calls:

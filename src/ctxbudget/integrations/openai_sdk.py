@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from ctxbudget.compaction.archive import Archive
 from ctxbudget.errors import ContextOverflowError, CtxbudgetError
 from ctxbudget.integrations._guard import ContextGuard, overflow_of
 from ctxbudget.integrations._responses import as_item, read_item, rebuild_item, tool_specs
+from ctxbudget.integrations._streams import AsyncUsageStream, UsageStream
 from ctxbudget.integrations._view import Substitution, Translated, UsageMemory, translate
 from ctxbudget.messages.model import Message, Request, ToolSpec
 from ctxbudget.messages.openai import (
@@ -277,7 +278,7 @@ class _Endpoint:
             raise _overflow(error) or error from None
         owner.sent(conversation, view)
         if body.get("stream"):
-            return _Stream(result, owner, conversation)
+            return UsageStream(result, lambda usage: owner.record(conversation, usage))
         owner.record(conversation, getattr(result, "usage", None))
         return result
 
@@ -315,70 +316,9 @@ class _AsyncEndpoint(_Endpoint):
             raise _overflow(error) or error from None
         owner.sent(conversation, view)
         if body.get("stream"):
-            return _AsyncStream(result, owner, conversation)
+            return AsyncUsageStream(result, lambda usage: owner.record(conversation, usage))
         owner.record(conversation, getattr(result, "usage", None))
         return result
-
-
-# -- streams -------------------------------------------------------------------------------------
-
-
-def _usage_of(event: Any) -> Any:
-    """A chat chunk's ``usage``, or a responses event's ``response.usage`` (on completion)."""
-    usage = getattr(event, "usage", None)
-    return usage if usage is not None else getattr(getattr(event, "response", None), "usage", None)
-
-
-class _Stream:
-    """The SDK's stream, passed through; the usage is recorded as it goes by."""
-
-    def __init__(self, stream: Any, owner: ContextBudgetOpenAI, conversation: _Conversation):
-        self._stream = stream
-        self._owner = owner
-        self._conversation = conversation
-
-    def __iter__(self) -> Iterator[Any]:
-        for event in self._stream:
-            usage = _usage_of(event)
-            if usage is not None:
-                self._owner.record(self._conversation, usage)
-            yield event
-
-    def __enter__(self) -> _Stream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stream.close()
-
-    def close(self) -> None:
-        """Close the underlying HTTP response."""
-        self._stream.close()
-
-
-class _AsyncStream:
-    """The SDK's async stream, passed through; the usage is recorded as it goes by."""
-
-    def __init__(self, stream: Any, owner: ContextBudgetOpenAI, conversation: _Conversation):
-        self._stream = stream
-        self._owner = owner
-        self._conversation = conversation
-
-    async def __aiter__(self) -> AsyncIterator[Any]:
-        async for event in self._stream:
-            usage = _usage_of(event)
-            if usage is not None:
-                self._owner.record(self._conversation, usage)
-            yield event
-
-    async def __aenter__(self) -> _AsyncStream:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._stream.close()
-
-    async def close(self) -> None:
-        """Close the underlying HTTP response."""
-        await self._stream.close()
 
 
 # -- summaries -----------------------------------------------------------------------------------
