@@ -107,7 +107,7 @@ def _check(script: ScriptedModel, middleware: ContextBudgetMiddleware, state: An
     assert script.unpaired == []
     guard = middleware.guard
     assert guard.overflows == 1 and guard.window == script.window
-    assert guard.sources.count("usage") > guard.sources.count("count")  # usage-first
+    assert guard.sources["usage"] > guard.sources["count"]  # usage-first
     summary = guard.summaries[-1]
     assert ERROR_LINE in summary
     assert all(path in summary for path in FILES[:3])

@@ -60,7 +60,7 @@ def test_a_runner_loop_stays_inside_the_window() -> None:
     assert script.unpaired == []
     guard = budget.guard
     assert guard.overflows == 1 and guard.window == script.window
-    assert guard.sources.count("usage") > guard.sources.count("count")  # usage-first
+    assert guard.sources["usage"] > guard.sources["count"]  # usage-first
     summary = guard.summaries[-1]
     assert ERROR_LINE in summary
     assert all(path in summary for path in FILES[:3])

@@ -35,7 +35,7 @@ def _check(model: ScriptedModel, guard: Any, answer: str) -> None:
     assert model.unpaired == []
     assert guard.window == model.window  # adopted from the error's stated limit
     assert guard.overflows == 1
-    assert guard.sources.count("usage") > guard.sources.count("count")  # usage-first
+    assert guard.sources["usage"] > guard.sources["count"]  # usage-first
     summary = guard.summaries[-1]
     assert ERROR_LINE in summary
     for path in FILES[:3]:

@@ -128,7 +128,7 @@ def test_an_agent_runs_a_long_tool_loop_inside_the_window() -> None:
     assert script.unpaired == []
     guard = processor.guard
     assert guard.overflows == 1 and guard.window == script.window
-    assert guard.sources.count("usage") > guard.sources.count("count")  # usage-first
+    assert guard.sources["usage"] > guard.sources["count"]  # usage-first
     summary = guard.summaries[-1]
     assert ERROR_LINE in summary
     assert all(path in summary for path in FILES[:3])

@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -96,11 +97,13 @@ class ContextGuard:
         self.compacted_at: float | None = None
         """When the latest compaction ran: usage reported before it describes another context."""
         self.compactions: list[CompactionRecord] = []
-        self.results: list[CompactionResult] = []
+        self.last_result: CompactionResult | None = None
+        self.summaries: list[str] = []
+        """Every handoff summary written so far, oldest first."""
         self.overflows = 0
         self.overflow_messages: list[str] = []
-        self.sources: list[str] = []
-        """How each check reached its size: ``usage`` (usage-first) or ``count``."""
+        self.sources: Counter[str] = Counter()
+        """How the checks reached their sizes: ``usage`` (usage-first) or ``count``."""
         self._archived: set[str] = set()
         self._floor_checked = False
 
@@ -108,11 +111,6 @@ class ContextGuard:
     def max_output_tokens(self) -> int:
         """The reply limit a request should ask for: as configured, else a share of the window."""
         return effective_max_output(self.window, self._max_output_setting)
-
-    @property
-    def summaries(self) -> list[str]:
-        """Every handoff summary written so far, oldest first."""
-        return [r.summary for r in self.results if r.summary]
 
     # -- the decision --------------------------------------------------------------------
 
@@ -131,7 +129,7 @@ class ContextGuard:
         if "before_request" not in checked and "after_step" not in checked:
             return False
         estimate = self.estimate(request)
-        self.sources.append(estimate.source)
+        self.sources[estimate.source] += 1
         return self.policy.fires(estimate.tokens, self.window)
 
     # -- compaction and recovery -------------------------------------------------------------
@@ -150,7 +148,9 @@ class ContextGuard:
             compaction_id=f"c{len(self.compactions) + 1}-{time.time_ns():x}",
         )
         self.compaction_id = result.compaction_id
-        self.results.append(result)
+        self.last_result = result
+        if result.summary:
+            self.summaries.append(result.summary)
         record = CompactionRecord(
             turn=0,
             trigger=trigger,
