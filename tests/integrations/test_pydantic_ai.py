@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic_ai import Agent
 from pydantic_ai import messages as pm
+from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.exceptions import ModelContextWindowExceededError, ModelHTTPError
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage, UsageLimits
@@ -101,13 +102,9 @@ def _model(script: ScriptedModel) -> FunctionModel:
     return FunctionModel(respond, model_name="scripted")
 
 
-def test_an_agent_runs_a_long_tool_loop_inside_the_window() -> None:
-    script = ScriptedModel()
-    processor = context_budget_processor(window=CONFIGURED_WINDOW, tokenizer=TOKENIZER)
+def _agent(script: ScriptedModel, capabilities: list[Any]) -> Agent[None, str]:
     agent = Agent(
-        _model(script),
-        system_prompt="You are a careful coding agent.",
-        capabilities=processor.capabilities(),
+        _model(script), system_prompt="You are a careful coding agent.", capabilities=capabilities
     )
 
     @agent.tool_plain
@@ -120,6 +117,24 @@ def test_an_agent_runs_a_long_tool_loop_inside_the_window() -> None:
         """Run a shell command."""
         return tool_output("run", {"command": command})
 
+    return agent
+
+
+def test_the_bare_processor_keeps_a_run_inside_an_exact_window() -> None:
+    # The server's window is the configured one: the pre-request check alone must suffice.
+    script = ScriptedModel(window=CONFIGURED_WINDOW)
+    processor = context_budget_processor(window=CONFIGURED_WINDOW, tokenizer=TOKENIZER)
+    agent = _agent(script, [ProcessHistory(processor)])
+    result = agent.run_sync(TASK, usage_limits=UsageLimits(request_limit=None))
+    assert result.output == FINAL_ANSWER and script.accepted_steps() >= 40
+    assert script.rejected == [] and script.unpaired == []
+    assert processor.guard.compactions and max(script.prompts) <= CONFIGURED_WINDOW
+
+
+def test_an_agent_runs_a_long_tool_loop_inside_the_window() -> None:
+    script = ScriptedModel()
+    processor = context_budget_processor(window=CONFIGURED_WINDOW, tokenizer=TOKENIZER)
+    agent = _agent(script, processor.capabilities())
     result = agent.run_sync(TASK, usage_limits=UsageLimits(request_limit=None))
     assert result.output == FINAL_ANSWER
     assert script.accepted_steps() >= 40
