@@ -58,6 +58,8 @@ def test_a_runner_loop_stays_inside_the_window() -> None:
     assert script.rejected, "the server's smaller window must have been hit once"
     assert script.over_window_after_first_recovery() == []
     assert script.unpaired == []
+    last = server.requests[-1].json()["messages"]
+    assert last[0]["role"] == "system" and {"role": "user", "content": TASK} in last
     guard = budget.guard
     assert guard.overflows == 1 and guard.window == script.window
     assert guard.sources["usage"] > guard.sources["count"]  # usage-first

@@ -85,6 +85,7 @@ def test_a_long_tool_loop_stays_inside_the_window(stream: bool, tmp_path: Path) 
     _check(server.model, guarded.guard, answer)
     assert history[1]["content"] == TASK and len(history) > 80  # the caller's list is whole
     assert guarded.messages[0]["role"] == "system"
+    assert {"role": "user", "content": TASK} in guarded.messages  # the task, verbatim
     assert any("ctxbudget handoff" in str(m.get("content")) for m in guarded.messages)
     guarded.guard.archive.close()
     state = load_archive(archive)

@@ -102,10 +102,11 @@ def _model(script: ScriptedModel) -> FunctionModel:
     return FunctionModel(respond, model_name="scripted")
 
 
+SYSTEM = "You are a careful coding agent."
+
+
 def _agent(script: ScriptedModel, capabilities: list[Any]) -> Agent[None, str]:
-    agent = Agent(
-        _model(script), system_prompt="You are a careful coding agent.", capabilities=capabilities
-    )
+    agent = Agent(_model(script), system_prompt=SYSTEM, capabilities=capabilities)
 
     @agent.tool_plain
     def read_file(path: str) -> str:
@@ -151,6 +152,10 @@ def test_an_agent_runs_a_long_tool_loop_inside_the_window() -> None:
     calls = {p.tool_call_id for m in history for p in m.parts if isinstance(p, pm.ToolCallPart)}
     returns = {p.tool_call_id for m in history for p in m.parts if isinstance(p, pm.ToolReturnPart)}
     assert calls == returns
+    # The system prompt and the user's task survive every compaction, verbatim.
+    parts = [p for m in history if isinstance(m, pm.ModelRequest) for p in m.parts]
+    assert [p.content for p in parts if isinstance(p, pm.SystemPromptPart)] == [SYSTEM]
+    assert TASK in [p.content for p in parts if isinstance(p, pm.UserPromptPart)]
     first = history[0]
     assert isinstance(first, pm.ModelRequest) and isinstance(first.parts[0], pm.UserPromptPart)
     assert str(first.parts[0].content).startswith(SUMMARY_HEADER)

@@ -83,3 +83,17 @@ def test_items_with_no_messages_go_with_the_item_after_them() -> None:
     back = view.back(view.messages[1:], _rebuild)
     assert back[0] is reasoning and back[1] is items[2]
     assert view.back([view.messages[0], view.messages[3]], _rebuild) == [items[0], items[4]]
+
+
+def test_a_system_prompt_sharing_an_item_with_the_task_is_the_system_prompt() -> None:
+    # pydantic-ai's first request holds the system prompt and the task; after a compaction the
+    # summary comes first, and the system prompt is still the system prompt, not a "task".
+    def both(item: dict[str, Any]) -> tuple[Message, ...]:
+        return tuple(message_from_openai(m) for m in item["pair"])
+
+    first = {"pair": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "t"}]}
+    summary = {"pair": [{"role": "user", "content": f"{SUMMARY_HEADER}\n\nearlier"}]}
+    for items in ([first], [summary, first]):
+        view = translate(items, both)
+        assert view.system == "Be brief." and view.lead == 0
+        assert [m.text for m in view.messages if not m.is_summary] == ["t"]

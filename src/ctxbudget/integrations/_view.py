@@ -49,6 +49,12 @@ class Translated(Generic[Item]):
                 out.append(rebuild(None if index is None else self.items[index], group))
         return out
 
+    def back_whole(
+        self, messages: Sequence[Message], rebuild: Callable[[Item | None, list[Message]], Item]
+    ) -> list[Item]:
+        """`back`, after the leading system items: a whole list for the framework's state."""
+        return [*self.items[: self.lead], *self.back(messages, rebuild)]
+
     def _silent_before(self, index: int) -> list[Item]:
         """The items with no messages (reasoning, say) just before ``items[index]``: they go
         where it goes, as a reasoning item goes with the call it preceded."""
@@ -61,18 +67,29 @@ class Translated(Generic[Item]):
 def translate(
     items: Sequence[Item], one: Callable[[Item], Sequence[Message]], *, lead_system: bool = True
 ) -> Translated[Item]:
-    """Translate ``items`` with ``one``; leading system messages become the system prompt."""
+    """Translate ``items`` with ``one``.
+
+    System messages before the conversation proper (before any message that is neither a
+    system message nor our summary) become the system prompt, wherever their items put them:
+    pydantic-ai keeps the system prompt in the first request, next to the user's task.
+    """
     per_item: list[tuple[Message, ...]] = []
     system: list[str] = []
     lead = 0
+    started = not lead_system
     for i, item in enumerate(items):
-        got = tuple(dataclasses.replace(m, meta={**m.meta, SOURCE_KEY: i}) for m in one(item) if m)
-        if lead_system and not any(per_item) and got and all(m.role == "system" for m in got):
-            system.extend(m.text for m in got)
-            per_item.append(())
+        got = [dataclasses.replace(m, meta={**m.meta, SOURCE_KEY: i}) for m in one(item)]
+        kept = []
+        for m in got:
+            if m.role == "system" and not started:
+                system.append(m.text)
+                continue
+            m = _demote(m)
+            started = started or not m.is_summary
+            kept.append(m)
+        per_item.append(tuple(kept))
+        if got and not kept and lead == i:
             lead = i + 1
-            continue
-        per_item.append(tuple(_demote(m) for m in got))
     messages = tuple(m for group in per_item for m in group)
     return Translated(tuple(items), "\n\n".join(system), messages, tuple(per_item), lead)
 

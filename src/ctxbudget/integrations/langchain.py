@@ -99,7 +99,7 @@ class ContextBudgetMiddleware(AgentMiddleware):
         compacted = self.guard.prepare(self._request(view))
         if compacted is None:
             return None
-        return _replace_all(view.back(compacted.messages, _rebuild))
+        return _replace_all(view.back_whole(compacted.messages, _rebuild))
 
     async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         """`before_model` for async runs; the summary call runs on the caller's event loop."""
@@ -110,7 +110,7 @@ class ContextBudgetMiddleware(AgentMiddleware):
         compacted = await asyncio.to_thread(self.guard.prepare, self._request(view))
         if compacted is None:
             return None
-        return _replace_all(view.back(compacted.messages, _rebuild))
+        return _replace_all(view.back_whole(compacted.messages, _rebuild))
 
     # -- wrap_model_call: the full request, overflow recovery, usage ---------------------------
 
@@ -183,7 +183,7 @@ class ContextBudgetMiddleware(AgentMiddleware):
     def _apply(
         self, view: Translated[AnyMessage], request: ModelRequest, compacted: Request
     ) -> tuple[Translated[AnyMessage], Request, ModelRequest]:
-        messages = view.back(compacted.messages, _rebuild)
+        messages = view.back_whole(compacted.messages, _rebuild)
         new_view = translate(messages, _read)
         return new_view, self._request(new_view), request.override(messages=messages)
 

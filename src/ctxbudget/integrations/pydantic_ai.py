@@ -85,7 +85,7 @@ class ContextBudgetProcessor:
         compacted = await self._run(ctx, "prepare", self.request(view))
         if compacted is None:
             return messages
-        return view.back(compacted.messages, _rebuild)
+        return view.back_whole(compacted.messages, _rebuild)
 
     def request(self, view: Translated[pm.ModelMessage]) -> Request:
         """Our request for a translated history (its latest instructions as the system)."""
@@ -149,7 +149,7 @@ class ContextBudgetRecovery(AbstractCapability[Any]):
             ctx, "recover", self.processor.request(view), overflow
         )
         assert compacted is not None  # recover always compacts or raises
-        history = view.back(compacted.messages, _rebuild)
+        history = view.back_whole(compacted.messages, _rebuild)
         ctx.messages[:] = history  # persists: later steps start from the compacted view
         self._pending = history
         raise RetryModelRequest()
@@ -258,7 +258,15 @@ def _rebuild(original: pm.ModelMessage | None, group: list[Message]) -> pm.Model
         kept = [p for p in original.parts if not isinstance(p, pm.TextPart | pm.ThinkingPart)]
         lead: list[pm.ModelResponsePart] = [pm.TextPart(content=text)] if text else []
         return dataclasses.replace(original, parts=[*lead, *kept])
-    return dataclasses.replace(original, parts=[_part(original, m) for m in group])
+    # The system prompt may share this request with the task (it went into our system text):
+    # its parts stay, in their place.
+    chosen = {int(m.meta[PART_KEY]): m for m in group}
+    parts = [
+        _part(original, chosen[j]) if j in chosen else part
+        for j, part in enumerate(original.parts)
+        if j in chosen or isinstance(part, pm.SystemPromptPart)
+    ]
+    return dataclasses.replace(original, parts=parts)
 
 
 def _part(original: pm.ModelRequest, m: Message) -> pm.ModelRequestPart:
