@@ -1,0 +1,182 @@
+"""Framework items <-> our messages: which item each message came from, and the way back.
+
+Each adapter translates its items one by one; a compacted view maps back to the original item
+wherever its messages are unchanged, so ids, metadata and provider fields survive compaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from ctxbudget.compaction.handoff import SUMMARY_HEADER
+from ctxbudget.integrations._guard import ADAPTER_META_PREFIX
+from ctxbudget.messages.model import Message
+from ctxbudget.messages.usage import Usage
+
+__all__ = ["SOURCE_KEY", "Substitution", "Translated", "UsageMemory", "translate"]
+
+Item = TypeVar("Item")
+SOURCE_KEY = f"{ADAPTER_META_PREFIX}source"
+"""``Message.meta`` key: the index of the framework item a message was translated from."""
+
+
+@dataclass(frozen=True, slots=True)
+class Translated(Generic[Item]):
+    """A framework list as our messages; ``per_item[i]`` are the messages of ``items[i]``."""
+
+    items: tuple[Item, ...]
+    system: str
+    messages: tuple[Message, ...]
+    per_item: tuple[tuple[Message, ...], ...]
+    lead: int = 0
+    """How many leading items were system messages (now ``system``)."""
+
+    def back(
+        self, messages: Sequence[Message], rebuild: Callable[[Item | None, list[Message]], Item]
+    ) -> list[Item]:
+        """``messages`` as framework items: originals where unchanged, else ``rebuild(original,
+        messages)`` (``original`` None for a message of ours, such as the summary)."""
+        out: list[Item] = []
+        for index, group in _groups(messages):
+            if index is not None:
+                out.extend(self._silent_before(index))
+            if index is not None and _same(group, self.per_item[index]):
+                out.append(self.items[index])
+            else:
+                out.append(rebuild(None if index is None else self.items[index], group))
+        return out
+
+    def back_whole(
+        self, messages: Sequence[Message], rebuild: Callable[[Item | None, list[Message]], Item]
+    ) -> list[Item]:
+        """`back`, after the leading system items: a whole list for the framework's state."""
+        return [*self.items[: self.lead], *self.back(messages, rebuild)]
+
+    def _silent_before(self, index: int) -> list[Item]:
+        """The items with no messages (reasoning, say) just before ``items[index]``: they go
+        where it goes, as a reasoning item goes with the call it preceded."""
+        start = index
+        while start > self.lead and not self.per_item[start - 1]:
+            start -= 1
+        return list(self.items[start:index])
+
+
+def translate(
+    items: Sequence[Item], one: Callable[[Item], Sequence[Message]], *, lead_system: bool = True
+) -> Translated[Item]:
+    """Translate ``items`` with ``one``.
+
+    System messages before the conversation proper (before any message that is neither a
+    system message nor our summary) become the system prompt, wherever their items put them:
+    pydantic-ai keeps the system prompt in the first request, next to the user's task.
+    """
+    per_item: list[tuple[Message, ...]] = []
+    system: list[str] = []
+    lead = 0
+    started = not lead_system
+    for i, item in enumerate(items):
+        got = [dataclasses.replace(m, meta={**m.meta, SOURCE_KEY: i}) for m in one(item)]
+        kept = []
+        for m in got:
+            if m.role == "system" and not started:
+                system.append(m.text)
+                continue
+            m = _demote(m)
+            started = started or not m.is_summary
+            kept.append(m)
+        per_item.append(tuple(kept))
+        if got and not kept and lead == i:
+            lead = i + 1
+    messages = tuple(m for group in per_item for m in group)
+    return Translated(tuple(items), "\n\n".join(system), messages, tuple(per_item), lead)
+
+
+def _same(a: Sequence[Message], b: Sequence[Message]) -> bool:
+    """Equal but for usage, which the adapters attach to the messages they count."""
+    return len(a) == len(b) and all(
+        x == y or dataclasses.replace(x, usage=None) == dataclasses.replace(y, usage=None)
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def _demote(m: Message) -> Message:
+    # Our summary, handed back to the framework as plain text, is a summary again when it returns:
+    # compaction must update it, not pin it as the user's task.
+    if m.role == "user" and m.text.startswith(SUMMARY_HEADER):
+        return dataclasses.replace(m, meta={**m.meta, "summary": True})
+    # A system message in mid conversation stays in place as a user message (as the OpenAI
+    # reader does), remembering its role.
+    if m.role != "system":
+        return m
+    return dataclasses.replace(m, role="user", meta={**m.meta, "openai_role": "system"})
+
+
+def _groups(messages: Sequence[Message]) -> list[tuple[int | None, list[Message]]]:
+    groups: list[tuple[int | None, list[Message]]] = []
+    for m in messages:
+        index = m.meta.get(SOURCE_KEY)
+        index = index if isinstance(index, int) else None
+        if groups and index is not None and groups[-1][0] == index:
+            groups[-1][1].append(m)
+        else:
+            groups.append((index, [m]))
+    return groups
+
+
+@dataclass(slots=True)
+class Substitution(Generic[Item]):
+    """For harnesses that resend their whole list each call: a prefix of it was compacted.
+
+    ``replaced`` is that prefix as our messages, ``view`` the framework items standing for it.
+    """
+
+    replaced: tuple[Message, ...] = ()
+    view: tuple[Any, ...] = ()
+
+    def apply(self, translated: Translated[Item]) -> list[Item]:
+        """The list to send: the compacted view in place of the prefix it replaced."""
+        n = len(self.replaced)
+        if n and translated.messages[:n] == self.replaced:
+            rest = _items_after(translated, n)
+            return [*translated.items[: translated.lead], *self.view, *rest]
+        return list(translated.items)
+
+    def update(self, full: Translated[Item], view: Sequence[Item]) -> None:
+        """Remember that the whole of ``full`` (as the caller holds it) is now ``view``."""
+        self.replaced = full.messages
+        self.view = tuple(view)
+
+
+def _items_after(translated: Translated[Item], n: int) -> list[Item]:
+    """The items holding messages ``n`` onwards (n always falls between two items)."""
+    count = 0
+    for i, group in enumerate(translated.per_item):
+        if count >= n and group:
+            return list(translated.items[i:])
+        count += len(group)
+    return []
+
+
+@dataclass(slots=True)
+class UsageMemory:
+    """For harnesses whose lists carry no usage: the last list sent and the usage of its reply.
+
+    The reply is the assistant message right after the sent list, so `attach` puts the usage
+    there, where ``context_tokens`` takes it as the base of the next count.
+    """
+
+    sent: tuple[Message, ...] = ()
+    usage: Usage | None = None
+
+    def attach(self, messages: tuple[Message, ...]) -> tuple[Message, ...]:
+        """``messages`` with the last usage on the reply to the last list sent, if present."""
+        n = len(self.sent)
+        usage = self.usage
+        if usage is None or len(messages) <= n or messages[:n] != self.sent:
+            return messages
+        if messages[n].role != "assistant":
+            return messages
+        return (*messages[:n], dataclasses.replace(messages[n], usage=usage), *messages[n + 1 :])

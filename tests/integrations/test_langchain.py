@@ -1,0 +1,136 @@
+"""ContextBudgetMiddleware in create_agent: a 45-step tool loop on a chat model that rejects
+any request over its window with LangChain's own ContextOverflowError and reports usage."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain_core.exceptions import ContextOverflowError
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+    convert_to_openai_messages,
+)
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from tests.integrations.scripted import (
+    CONFIGURED_WINDOW,
+    ERROR_LINE,
+    FILES,
+    FINAL_ANSWER,
+    TASK,
+    TOKENIZER,
+    ScriptedModel,
+    tool_output,
+)
+
+from ctxbudget.integrations.langchain import ContextBudgetMiddleware
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A LangChain chat model answering from a `ScriptedModel` (converted with LangChain's own
+    ``convert_to_openai_messages``)."""
+
+    script: Any
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        body = {"messages": convert_to_openai_messages(messages), "tools": kwargs.get("tools")}
+        status, answer = self.script.respond({k: v for k, v in body.items() if v})
+        if status != 200:
+            raise ContextOverflowError(answer["error"]["message"])
+        message = answer["choices"][0]["message"]
+        usage = answer["usage"]
+        calls = [
+            {
+                "name": c["function"]["name"],
+                "args": json.loads(c["function"]["arguments"]),
+                "id": c["id"],
+                "type": "tool_call",
+            }
+            for c in message.get("tool_calls") or ()
+        ]
+        reply = AIMessage(
+            content=message["content"] or "",
+            tool_calls=calls,
+            usage_metadata={
+                "input_tokens": usage["prompt_tokens"],
+                "output_tokens": usage["completion_tokens"],
+                "total_tokens": usage["total_tokens"],
+            },
+        )
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+@tool
+def read_file(path: str) -> str:
+    """Read a file."""
+    return tool_output("read_file", {"path": path})
+
+
+@tool
+def run(command: str) -> str:
+    """Run a shell command."""
+    return tool_output("run", {"command": command})
+
+
+def _agent(script: ScriptedModel, middleware: ContextBudgetMiddleware) -> Any:
+    return create_agent(
+        ScriptedChatModel(script=script),
+        tools=[read_file, run],
+        system_prompt="You are a careful coding agent.",
+        middleware=[middleware],
+    )
+
+
+def _check(script: ScriptedModel, middleware: ContextBudgetMiddleware, state: Any) -> None:
+    messages = state["messages"]
+    assert messages[-1].text == FINAL_ANSWER
+    assert script.accepted_steps() >= 40
+    assert script.rejected, "the model's smaller window must have been hit once"
+    assert script.over_window_after_first_recovery() == []
+    assert script.unpaired == []
+    guard = middleware.guard
+    assert guard.overflows == 1 and guard.window == script.window
+    assert guard.sources["usage"] > guard.sources["count"]  # usage-first
+    summary = guard.summaries[-1]
+    assert ERROR_LINE in summary
+    assert all(path in summary for path in FILES[:3])
+    # The state holds the compacted view: the summary, the task, then whole tool steps.
+    assert isinstance(messages[0], HumanMessage) and "ctxbudget handoff" in messages[0].text
+    assert any(m.text == TASK for m in messages)
+    calls = {c["id"] for m in messages if isinstance(m, AIMessage) for c in m.tool_calls}
+    results = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    assert calls == results
+
+
+def test_create_agent_runs_a_long_tool_loop_inside_the_window() -> None:
+    script = ScriptedModel()
+    middleware = ContextBudgetMiddleware(window=CONFIGURED_WINDOW, tokenizer=TOKENIZER)
+    state = _agent(script, middleware).invoke(
+        {"messages": [HumanMessage(TASK)]}, {"recursion_limit": 200}
+    )
+    _check(script, middleware, state)
+
+
+def test_the_async_run_is_guarded_too() -> None:
+    script = ScriptedModel()
+    middleware = ContextBudgetMiddleware(window=CONFIGURED_WINDOW, tokenizer=TOKENIZER)
+    agent = _agent(script, middleware)
+    state = asyncio.run(agent.ainvoke({"messages": [HumanMessage(TASK)]}, {"recursion_limit": 200}))
+    _check(script, middleware, state)

@@ -1,0 +1,161 @@
+"""context_budget_processor in a pydantic-ai Agent: a 45-step tool loop on a FunctionModel that
+rejects any request over its window with pydantic-ai's own overflow error and reports usage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic_ai import Agent
+from pydantic_ai import messages as pm
+from pydantic_ai.capabilities import ProcessHistory
+from pydantic_ai.exceptions import ModelContextWindowExceededError, ModelHTTPError
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import RequestUsage, UsageLimits
+from tests.integrations.scripted import (
+    CONFIGURED_WINDOW,
+    ERROR_LINE,
+    FILES,
+    FINAL_ANSWER,
+    TASK,
+    TOKENIZER,
+    ScriptedModel,
+    tool_output,
+)
+
+from ctxbudget.compaction import SUMMARY_HEADER
+from ctxbudget.integrations.pydantic_ai import context_budget_processor
+
+
+def _openai_messages(messages: list[pm.ModelMessage]) -> list[dict[str, Any]]:
+    """The history as the chat-completions messages an OpenAI-compatible server would get."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if isinstance(message, pm.ModelResponse):
+            text = "".join(p.content for p in message.parts if isinstance(p, pm.TextPart))
+            calls = [
+                {
+                    "id": p.tool_call_id,
+                    "type": "function",
+                    "function": {"name": p.tool_name, "arguments": p.args_as_json_str()},
+                }
+                for p in message.parts
+                if isinstance(p, pm.ToolCallPart)
+            ]
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": text or None,
+                    **({"tool_calls": calls} if calls else {}),
+                }
+            )
+            continue
+        for part in message.parts:
+            if isinstance(part, pm.SystemPromptPart):
+                out.append({"role": "system", "content": part.content})
+            elif isinstance(part, pm.UserPromptPart):
+                out.append({"role": "user", "content": str(part.content)})
+            elif isinstance(part, pm.ToolReturnPart):
+                out.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": part.tool_call_id,
+                        "content": part.model_response_str(),
+                    }
+                )
+    return out
+
+
+def _model(script: ScriptedModel) -> FunctionModel:
+    def respond(messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description or "",
+                    "parameters": t.parameters_json_schema,
+                },
+            }
+            for t in info.function_tools
+        ]
+        body = {"messages": _openai_messages(messages), **({"tools": tools} if tools else {})}
+        status, answer = script.respond(body)
+        if status != 200:
+            raise ModelHTTPError.for_category(
+                ModelContextWindowExceededError, status_code=400, model_name="scripted", body=answer
+            )
+        message = answer["choices"][0]["message"]
+        parts: list[Any] = [
+            pm.ToolCallPart(c["function"]["name"], c["function"]["arguments"], tool_call_id=c["id"])
+            for c in message.get("tool_calls") or ()
+        ]
+        if message["content"]:
+            parts.append(pm.TextPart(message["content"]))
+        usage = answer["usage"]
+        return pm.ModelResponse(
+            parts=parts,
+            usage=RequestUsage(
+                input_tokens=usage["prompt_tokens"], output_tokens=usage["completion_tokens"]
+            ),
+        )
+
+    return FunctionModel(respond, model_name="scripted")
+
+
+SYSTEM = "You are a careful coding agent."
+
+
+def _agent(script: ScriptedModel, capabilities: list[Any]) -> Agent[None, str]:
+    agent = Agent(_model(script), system_prompt=SYSTEM, capabilities=capabilities)
+
+    @agent.tool_plain
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return tool_output("read_file", {"path": path})
+
+    @agent.tool_plain
+    def run(command: str) -> str:
+        """Run a shell command."""
+        return tool_output("run", {"command": command})
+
+    return agent
+
+
+def test_the_bare_processor_keeps_a_run_inside_an_exact_window() -> None:
+    # The server's window is the configured one: the pre-request check alone must suffice.
+    script = ScriptedModel(window=CONFIGURED_WINDOW)
+    processor = context_budget_processor(window=CONFIGURED_WINDOW, tokenizer=TOKENIZER)
+    agent = _agent(script, [ProcessHistory(processor)])
+    result = agent.run_sync(TASK, usage_limits=UsageLimits(request_limit=None))
+    assert result.output == FINAL_ANSWER and script.accepted_steps() >= 40
+    assert script.rejected == [] and script.unpaired == []
+    assert processor.guard.compactions and max(script.prompts) <= CONFIGURED_WINDOW
+
+
+def test_an_agent_runs_a_long_tool_loop_inside_the_window() -> None:
+    script = ScriptedModel()
+    processor = context_budget_processor(window=CONFIGURED_WINDOW, tokenizer=TOKENIZER)
+    agent = _agent(script, processor.capabilities())
+    result = agent.run_sync(TASK, usage_limits=UsageLimits(request_limit=None))
+    assert result.output == FINAL_ANSWER
+    assert script.accepted_steps() >= 40
+    assert script.rejected, "the model's smaller window must have been hit once"
+    assert script.over_window_after_first_recovery() == []
+    assert script.unpaired == []
+    guard = processor.guard
+    assert guard.overflows == 1 and guard.window == script.window
+    assert guard.sources["usage"] > guard.sources["count"]  # usage-first
+    summary = guard.summaries[-1]
+    assert ERROR_LINE in summary
+    assert all(path in summary for path in FILES[:3])
+    history = result.all_messages()
+    calls = {p.tool_call_id for m in history for p in m.parts if isinstance(p, pm.ToolCallPart)}
+    returns = {p.tool_call_id for m in history for p in m.parts if isinstance(p, pm.ToolReturnPart)}
+    assert calls == returns
+    # The system prompt and the user's task survive every compaction, verbatim.
+    parts = [p for m in history if isinstance(m, pm.ModelRequest) for p in m.parts]
+    assert [p.content for p in parts if isinstance(p, pm.SystemPromptPart)] == [SYSTEM]
+    assert TASK in [p.content for p in parts if isinstance(p, pm.UserPromptPart)]
+    first = history[0]
+    assert isinstance(first, pm.ModelRequest) and isinstance(first.parts[0], pm.UserPromptPart)
+    assert str(first.parts[0].content).startswith(SUMMARY_HEADER)
