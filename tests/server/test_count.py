@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -111,29 +112,41 @@ def _cli_count(request: Request, model: str, where: Path) -> int:
     return tokens
 
 
-@pytest.mark.parametrize("family", ["qwen2.5", "llama3"])
-def test_prompt_tokens_equal_our_count(
-    family: str, request: pytest.FixtureRequest, tmp_path: Path
-) -> None:
-    # Qwen2.5 also has a built-in name; the Llama-3-style folder is counted by hf:PATH only.
-    server: LlamaServer = request.getfixturevalue(f"{family.replace('.', '')}_server")
-    folder: Path = request.getfixturevalue(f"{family.replace('.', '')}_folder")
-    names = [f"hf:{folder}", *(["qwen2.5"] if family == "qwen2.5" else [])]
+Served = list[tuple[Request, int]]
+
+
+def _served(server: LlamaServer, family: str) -> Served:
+    """Every generated request with the server's ``usage.prompt_tokens`` for it."""
     provider = OpenAICompatibleProvider(
         base_url=server.base_url, model=f"{family}-tiny.gguf", api_key_env=None
     )
-    counters = {name: RequestCounter(name) for name in names}
-    wrong: dict[str, list[tuple[int, int, int]]] = {}
+    out = []
+    for seed in range(REQUESTS):
+        sent = generated_request(seed)
+        out.append((sent, provider.complete(sent).usage.input_tokens))
+    return out
+
+
+@pytest.fixture(scope="module")
+def served(request: pytest.FixtureRequest) -> Callable[[str], tuple[Path, Served]]:
+    """``served(family)``: its folder and the served requests, sent once per module."""
+    cache: dict[str, tuple[Path, Served]] = {}
+
+    def get(family: str) -> tuple[Path, Served]:
+        if family not in cache:
+            fixture = {"qwen2.5": "qwen", "llama3": "llama3"}[family]
+            server: LlamaServer = request.getfixturevalue(f"{fixture}_server")
+            folder: Path = request.getfixturevalue(f"{fixture}_folder")
+            cache[family] = (folder, _served(server, family))
+        return cache[family]
+
+    return get
+
+
+def test_the_generated_requests_cover_every_kind() -> None:
     kinds = {"tools": 0, "tool_calls": 0, "cjk": 0, "emoji": 0, "system": 0, "multi_turn": 0}
     for seed in range(REQUESTS):
         sent = generated_request(seed)
-        served = provider.complete(sent).usage.input_tokens
-        ours = {name: counter.count(sent).total for name, counter in counters.items()}
-        if seed % 10 == 0:  # the CLI a user runs, with the folder and with the model name
-            ours |= {f"request --model {n}": _cli_count(sent, n, tmp_path) for n in names}
-        for name, tokens in ours.items():
-            if tokens != served:
-                wrong.setdefault(name, []).append((seed, served, tokens))
         text = json.dumps(request_to_openai(sent), ensure_ascii=False)
         kinds["tools"] += bool(sent.tools)
         kinds["tool_calls"] += any(m.tool_calls for m in sent.messages)
@@ -141,6 +154,33 @@ def test_prompt_tokens_equal_our_count(
         kinds["emoji"] += "🚀" in text or "🎉" in text
         kinds["system"] += bool(sent.system)
         kinds["multi_turn"] += sum(m.role == "user" for m in sent.messages) > 1
-    assert min(kinds.values()) >= 10, kinds  # every kind of request was sent, many times
-    # (seed, the server's prompt_tokens, ctxbudget's count) for the first few that differ
-    assert {name: cases[:5] for name, cases in wrong.items()} == {}
+    assert min(kinds.values()) >= 10, kinds  # every kind of request is sent, many times
+
+
+# The Llama-3-style folder has no built-in name: it is counted by hf:PATH only.
+CASES = [("qwen2.5", "hf"), ("qwen2.5", "qwen2.5"), ("llama3", "hf")]
+
+
+@pytest.mark.parametrize(("family", "counter"), CASES)
+def test_prompt_tokens_equal_request_counter(
+    served: Callable[[str], tuple[Path, Served]], family: str, counter: str
+) -> None:
+    folder, cases = served(family)
+    counting = RequestCounter(f"hf:{folder}" if counter == "hf" else counter)
+    wrong = [(seed, real, ours) for seed, (sent, real) in enumerate(cases)
+             if (ours := counting.count(sent).total) != real]  # fmt: skip
+    assert len(cases) >= 100
+    assert wrong[:5] == [], f"{len(wrong)} of {len(cases)} differ (seed, server, ctxbudget)"
+
+
+@pytest.mark.parametrize(("family", "model"), CASES)
+def test_prompt_tokens_equal_the_request_command(
+    served: Callable[[str], tuple[Path, Served]], family: str, model: str, tmp_path: Path
+) -> None:
+    """``ctxbudget request --model hf:PATH|qwen2.5``, on every tenth request (a process-like
+    CLI run loads its tokenizer each time)."""
+    folder, cases = served(family)
+    name = f"hf:{folder}" if model == "hf" else model
+    wrong = [(seed, real, ours) for seed, (sent, real) in enumerate(cases) if seed % 10 == 0
+             if (ours := _cli_count(sent, name, tmp_path)) != real]  # fmt: skip
+    assert wrong[:5] == [], f"{len(wrong)} of {len(cases) // 10} differ (seed, server, ctxbudget)"

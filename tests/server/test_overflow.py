@@ -23,6 +23,8 @@ pytestmark = pytest.mark.server
 
 WINDOW = 8192
 """What the user configured: four times what the server really has."""
+# Replies are short: with --ignore-eos each is exactly max_output tokens, and generating them
+# (not the prompts) is what takes time on a small CPU.
 FIRST_TASK = "Keep notes on the build logs I paste, and answer briefly."
 
 
@@ -78,7 +80,7 @@ def test_agent_adopts_n_ctx_from_the_real_overflow_error(
     archive = Archive(tmp_path / "s.jsonl")
     agent = Agent(
         provider, system=DEFAULT_SYSTEM, window=WINDOW, counter=counter,
-        max_output_tokens=64, archive=archive, on_event=events.append,
+        max_output_tokens=32, archive=archive, on_event=events.append,
     )  # fmt: skip
     # turn 3's prompt alone is past 2,048: the server refuses it before generating anything
     texts = _turns(agent, counter, [1000, SERVER_CTX + 250, 600])
@@ -107,10 +109,10 @@ def test_agent_catches_the_silent_cut_at_n_ctx(
     archive = Archive(tmp_path / "s.jsonl")
     agent = Agent(
         provider, system=DEFAULT_SYSTEM, window=WINDOW, counter=counter,
-        max_output_tokens=512, archive=archive, on_event=events.append,
+        max_output_tokens=128, archive=archive, on_event=events.append,
     )  # fmt: skip
-    # turn 2's prompt fits the server; prompt + 512 reply tokens does not: the reply is cut
-    texts = _turns(agent, counter, [SERVER_CTX - 300, 300])
+    # turn 2's prompt fits the server; prompt + 128 reply tokens does not: the reply is cut
+    texts = _turns(agent, counter, [SERVER_CTX - 60, 300])
     archive.close()
     overflows = [e for e in events if e.kind == "overflow"]
     assert len(overflows) == 1 and overflows[0].turn == 2, [e.to_json() for e in overflows]
@@ -134,7 +136,7 @@ def test_chat_cli_recovers_from_the_real_overflow(
     archive = tmp_path / "chat.jsonl"
     args = [
         "--base-url", qwen_server.base_url, "--model", "my-model.gguf",
-        "--tokenizer", f"hf:{qwen_folder}", "--window", str(WINDOW), "--max-output", "64",
+        "--tokenizer", f"hf:{qwen_folder}", "--window", str(WINDOW), "--max-output", "32",
         "--json", "--archive", str(archive),
     ]  # fmt: skip
     result = CliRunner().invoke(chat_command, args, input="\n".join(lines) + "\n")
