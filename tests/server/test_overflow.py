@@ -98,12 +98,13 @@ def test_agent_adopts_n_ctx_from_the_real_overflow_error(
     assert users == texts and replies == len(texts)
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
 def test_agent_catches_the_silent_cut_at_n_ctx(
-    qwen_server: LlamaServer, qwen_folder: Path, tmp_path: Path
+    qwen_server: LlamaServer, qwen_folder: Path, tmp_path: Path, stream: bool
 ) -> None:
     counter = RequestCounter(f"hf:{qwen_folder}")
     provider = OpenAICompatibleProvider(
-        base_url=qwen_server.base_url, model="tiny.gguf", api_key_env=None
+        base_url=qwen_server.base_url, model="tiny.gguf", api_key_env=None, stream=stream
     )
     events: list[LoopEvent] = []
     archive = Archive(tmp_path / "s.jsonl")
