@@ -19,10 +19,13 @@ for tool in cmake c++; do
   command -v "$tool" >/dev/null || { echo "build_llama_server: '$tool' is required" >&2; exit 2; }
 done
 work="$CACHE/work"
-rm -rf "$work" && mkdir -p "$work"
-"$PYTHON" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$PIN" -d "$work" >&2
-tar -xzf "$work"/llama_cpp_python-"$PIN".tar.gz -C "$work"
 src="$work/llama_cpp_python-$PIN/vendor/llama.cpp"
+# An interrupted build resumes: the unpacked sources and the build folder are kept until done.
+if [ ! -f "$src/CMakeLists.txt" ]; then
+  rm -rf "$work" && mkdir -p "$work"
+  "$PYTHON" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$PIN" -d "$work" >&2
+  tar -xzf "$work/llama_cpp_python-$PIN.tar.gz" -C "$work"
+fi
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S "$src" -B "$work/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
