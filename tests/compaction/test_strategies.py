@@ -266,6 +266,18 @@ def test_bad_arguments_raise_one_line_errors() -> None:
     assert "\n" not in str(info.value)
 
 
+def test_layered_failure_advises_what_helps_not_layered_again() -> None:
+    session = coding_session(3)
+    with pytest.raises(CompactionError) as layered:
+        run(session, floor_of(session) + 1, strategy="layered")
+    text = str(layered.value)
+    assert "use strategy 'layered'" not in text and "\n" not in text
+    # the system prompt is the largest part compaction cannot touch here: the advice says so
+    assert "shorten the system prompt or the tools" in text and "raise the window" in text
+    with pytest.raises(CompactionError, match="use strategy 'layered'"):
+        run(session, floor_of(session) + 1, strategy="clear_tool_outputs")
+
+
 def test_compaction_id_defaults_to_fresh_uuid_hex() -> None:
     session = coding_session(20)
     threshold = floor_of(session) + 2000

@@ -9,6 +9,7 @@ import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
@@ -68,10 +69,17 @@ UNSCRIPTED = Reply(status=599, body={"error": "fake server: no scripted reply le
 
 
 class FakeServer:
-    """A threaded server that pops one ``Reply`` per request; use as a context manager."""
+    """A threaded server that pops one ``Reply`` per request; use as a context manager.
 
-    def __init__(self, *replies: Reply) -> None:
+    ``responder``, when given, answers each request the script has no reply left for (a
+    server with behaviour, such as ``ollama_like`` in tests/agent/test_silent.py).
+    """
+
+    def __init__(
+        self, *replies: Reply, responder: Callable[[Recorded], Reply] | None = None
+    ) -> None:
         self.replies: deque[Reply] = deque(replies)
+        self.responder = responder
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -95,7 +103,9 @@ class FakeServer:
     def next_reply(self, recorded: Recorded) -> Reply:
         with self._lock:
             self.requests.append(recorded)
-            return self.replies.popleft() if self.replies else UNSCRIPTED
+            if self.replies:
+                return self.replies.popleft()
+        return self.responder(recorded) if self.responder is not None else UNSCRIPTED
 
     def __enter__(self) -> FakeServer:
         self._thread.start()

@@ -20,6 +20,7 @@ from ctxbudget.agent.settings import (
     reply_reserve,
     restored_compactions,
 )
+from ctxbudget.agent.silent import SilentOverflow, cut_reply, truncated_prompt
 from ctxbudget.budget.context import RequestCounterLike, context_tokens
 from ctxbudget.budget.floor import check_prompt_floor
 from ctxbudget.budget.rules import Checkpoint, Policy, validate_window
@@ -119,6 +120,8 @@ class Agent:
         self.floor_tokens = 0
         self._turn_compactions = 0
         self._floor_checked = False
+        self._sent = Request()
+        """The request last sent (what the server's usage reports on)."""
 
     @property
     def max_output_tokens(self) -> int:
@@ -240,6 +243,7 @@ class Agent:
     def _send(self) -> Completion:
         request = self.request()
         self._emit("request", estimate=self.context_tokens(), messages=len(request.messages))
+        self._sent = request
         return self.provider.complete(request)
 
     def _call(self) -> Message:
@@ -248,15 +252,43 @@ class Agent:
         except ContextOverflowError as exc:
             self._overflowed(exc)
             self._compact("context_overflow", scale=self._undercount(exc))
-            try:
-                completion = self._send()
-            except ContextOverflowError as again:
-                self._overflowed(again)
-                raise CompactionError(
-                    f"turn {self.turn}: the request still exceeds the model's window after "
-                    f"compacting ({_one_line(str(again))}); lower the window or the reserve"
-                ) from again
-        return self._record(completion)
+            completion = self._resend()
+        else:
+            cut = cut_reply(
+                completion.usage,
+                completion.stop_reason,
+                asked=self._sent.max_output_tokens or self.max_output_tokens,
+                window=self.window,
+            )
+            if cut is not None:  # the reply is dropped: it was cut by a window, not finished
+                self._silent_overflow(cut, completion.usage.input_tokens, "length")
+                self._compact("context_overflow")
+                completion = self._resend()
+        reply = self._record(completion)
+        self._check_truncation(completion)
+        return reply
+
+    def _resend(self) -> Completion:
+        """The one retry after an overflow; a second overflow is a clear error."""
+        try:
+            return self._send()
+        except ContextOverflowError as again:
+            self._overflowed(again)
+            raise CompactionError(
+                f"turn {self.turn}: the request still exceeds the model's window after "
+                f"compacting ({_one_line(str(again))}); lower the window or the reserve"
+            ) from again
+
+    def _check_truncation(self, completion: Completion) -> None:
+        """A prompt the server silently shortened: adopt its size and compact (the reply stays:
+        the server answered the newest messages, which truncation keeps)."""
+        count = self.counter.count(self._sent)
+        if count.kind != "exact":
+            return  # an estimate's error is larger than the gap this looks for
+        found = truncated_prompt(completion.usage, count.total)
+        if found is not None:
+            self._silent_overflow(found, completion.usage.input_tokens, "truncated")
+            self._compact("context_overflow")
 
     def _undercount(self, exc: ContextOverflowError) -> float:
         """Our count over the server's, when the server said how long the prompt was (< 1)."""
@@ -265,29 +297,35 @@ class Agent:
         return min(1.0, ours / real) if real and ours > 0 else 1.0
 
     def _overflowed(self, exc: ContextOverflowError) -> None:
+        self._count_overflow(
+            limit=exc.limit, prompt_tokens=exc.prompt_tokens, message=_one_line(str(exc))
+        )
+        if exc.limit is not None:
+            self._adopt_window(exc.limit, "the server stated its real context length")
+
+    def _silent_overflow(self, found: SilentOverflow, prompt_tokens: int, silent: str) -> None:
+        self._count_overflow(
+            limit=found.limit, prompt_tokens=prompt_tokens, message=found.reason, silent=silent
+        )
+        self._adopt_window(found.limit, found.reason)
+
+    def _count_overflow(self, **data: Any) -> None:
         self.overflows += 1
         if self.archive is not None:
             self.archive.append_meta({"overflows": self.overflows})
-        self._emit(
-            "overflow",
-            limit=exc.limit,
-            prompt_tokens=exc.prompt_tokens,
-            message=_one_line(str(exc)),
-        )
+        self._emit("overflow", **data)
+
+    def _adopt_window(self, limit: int, reason: str) -> None:
         # Adopt only a smaller window: a larger stated limit says our count was low, not that
         # the user's chosen window (for cost, say) should grow.
-        if exc.limit is not None and 0 < exc.limit < self.window:
-            old, self.window = self.window, validate_window(exc.limit)
-            self.policy = policy_for(self._policy_spec, self.window, self.max_output_tokens)
-            if self.archive is not None:
-                self.archive.append_meta({"window": self.window})
-            self._emit(
-                "window_changed",
-                old=old,
-                window=self.window,
-                reason="the server stated its real context length",
-            )
-            self.check_floor()
+        if not 0 < limit < self.window:
+            return
+        old, self.window = self.window, validate_window(limit)
+        self.policy = policy_for(self._policy_spec, self.window, self.max_output_tokens)
+        if self.archive is not None:
+            self.archive.append_meta({"window": self.window})
+        self._emit("window_changed", old=old, window=self.window, reason=reason)
+        self.check_floor()
 
     def _record(self, completion: Completion) -> Message:
         usage = dataclasses.replace(

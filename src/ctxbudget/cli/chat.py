@@ -23,7 +23,6 @@ from ctxbudget.agent.session import open_archive
 from ctxbudget.budget.rules import POLICY_NAMES
 from ctxbudget.cli.demo import BudgetView, default_archive_path, print_summary
 from ctxbudget.compaction.strategies import STRATEGY_NAMES
-from ctxbudget.tokens.registry import tokenizer_for_model
 
 __all__ = ["chat_command"]
 
@@ -102,6 +101,12 @@ def _debug_log(secrets: tuple[str, ...]) -> Iterator[None]:
 @click.option("--model", required=True, help="Model name the server knows.")
 @click.option("--window", type=int, default=None, help="Context window in tokens.")
 @click.option(
+    "--tokenizer",
+    default=None,
+    help="Count with this tokenizer (qwen3, qwen2.5, cl100k_base) or hf:PATH, a model folder "
+    "with its chat template; --model stays the name sent. Default: chosen from --model.",
+)
+@click.option(
     "--api-key-env",
     default=DEFAULT_API_KEY_ENV,
     show_default=True,
@@ -128,6 +133,7 @@ def chat_command(
     base_url: str,
     model: str,
     window: int | None,
+    tokenizer: str | None,
     api_key_env: str,
     as_json: bool,
     stream: bool,
@@ -145,12 +151,13 @@ def chat_command(
       ctxbudget chat --base-url http://127.0.0.1:11434/v1 --model qwen3:8b --window 8192
       printf 'hello\\nand again\\n' | ctxbudget chat --base-url URL --model M --json
       ctxbudget chat --base-url URL --model M --window 8192 --stream --verbose
+      ctxbudget chat --base-url URL --model my-model.gguf --tokenizer hf:./Qwen2.5-7B-Instruct
     """
     secrets = (os.environ.get(api_key_env, "").strip(),)
     with _debug_log(secrets) if verbose else contextlib.nullcontext():
         _chat(
-            base_url, model, window, api_key_env, as_json, stream, policy, strategy, max_output,
-            system, archive,
+            base_url, model, window, tokenizer, api_key_env, as_json, stream, policy, strategy,
+            max_output, system, archive,
         )  # fmt: skip
 
 
@@ -158,6 +165,7 @@ def _chat(
     base_url: str,
     model: str,
     window: int | None,
+    tokenizer: str | None,
     api_key_env: str,
     as_json: bool,
     stream: bool,
@@ -167,17 +175,20 @@ def _chat(
     system: str,
     archive: Path | None,
 ) -> None:
+    from ctxbudget.counting import RequestCounter
+    from ctxbudget.counting.select import counter_name_for_model
     from ctxbudget.providers.openai_compat import OpenAICompatibleProvider
 
     printer = _StreamPrinter()
     shows_stream = stream and not as_json
-    kind, tokenizer = tokenizer_for_model(model)
+    counter_name = tokenizer or counter_name_for_model(model)
+    counter = RequestCounter(counter_name, model=model)  # a bad name stops here, before any I/O
     provider = OpenAICompatibleProvider(
         base_url=base_url,
         model=model,
         api_key_env=api_key_env,
         window=window,
-        tokenizer=tokenizer if kind == "tokenizer" else None,
+        tokenizer=counter_name if counter.kind == "exact" else None,
         stream=stream,
         on_delta=printer.delta if shows_stream else None,
         on_restart=printer.restart if shows_stream else None,
@@ -185,7 +196,13 @@ def _chat(
     console = Console(stderr=as_json, quiet=as_json, highlight=False)
     view = BudgetView(console)
     path = archive or default_archive_path("chat")
-    settings = {"model": model, "window": window, "policy": policy, "strategy": strategy}
+    settings = {
+        "model": model,
+        "window": window,
+        "policy": policy,
+        "strategy": strategy,
+        "tokenizer": tokenizer,
+    }
 
     def warn(text: str) -> None:
         click.echo(f"ctxbudget: {text}", err=True)
@@ -204,7 +221,7 @@ def _chat(
             window=window,
             policy=policy,
             strategy=strategy,
-            counter=tokenizer,
+            counter=counter,
             archive=opened.archive,
             on_event=on_event,
             max_output_tokens=max_output,

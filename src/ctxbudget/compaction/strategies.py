@@ -311,11 +311,7 @@ def compact(
         outcome = _layered(job, messages, summarizer, window if isinstance(window, int) else None)
     after = counter.count(request.with_messages(outcome.messages))
     if after.total > threshold:
-        raise CompactionError(
-            f"{strategy} compaction left {after.total} tokens, over the threshold of {threshold} "
-            f"(floor {after.floor}); raise the window, shorten the system prompt, tools or "
-            "first task, or use strategy 'layered'"
-        )
+        raise _over_threshold(job, strategy, outcome.messages, after.total, after.floor)
     return CompactionResult(
         messages=outcome.messages,
         strategy="+".join(outcome.steps) or strategy,
@@ -327,4 +323,25 @@ def compact(
         summary=outcome.summary,
         cleared=outcome.cleared,
         dropped=outcome.dropped,
+    )
+
+
+def _over_threshold(
+    job: _Job, strategy: str, view: tuple[Message, ...], total: int, floor: int
+) -> CompactionError:
+    """What is left that compaction keeps, and the advice that shrinks the largest part."""
+    pinned = job.conversation(view[: head_end(view)])
+    newest = total - floor - pinned
+    parts = (
+        (floor, "the system prompt and tools", "shorten the system prompt or the tools"),
+        (pinned, "the first task (kept verbatim)", "shorten the first task"),
+        (newest, "the newest step (kept, shortened)", "shorten the newest message or output"),
+    )
+    advice = max(parts, key=lambda part: part[0])[2]
+    if strategy != "layered":  # layered clears, summarizes and truncates: it frees the most
+        advice = f"use strategy 'layered', {advice}"
+    left = ", ".join(f"{what} {tokens:,}" for tokens, what, _ in parts)
+    return CompactionError(
+        f"{strategy} compaction left {total:,} tokens, over the threshold of {job.threshold:,} "
+        f"({left}); {advice}, or raise the window or lower the max output"
     )
