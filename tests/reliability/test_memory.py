@@ -79,9 +79,9 @@ def test_replay_json_streams_and_stays_flat(bench: ModuleType, sessions: tuple[P
     assert growth_mb(bench, ["replay", "--json"], tiny, big) < REPLAY_BOUND_MB
 
 
-# Issue 17 item 6. Each bound sits between the measured growth now and the old code's at the same
-# size (bench/memory.md): 16 MB whitespace-free text, count 50 MB (old 130); a 16 MB file,
-# estimators 27 MB (old 210); one 16 MB session line, replay 60 MB (old 190).
+# Issue 17 item 6. Each bound sits between the growth now and the old code's at the same size
+# (bench/memory.md), measured: 16 MB of whitespace-free text, count ~60 MB (old 159); a 16 MB
+# file, estimators ~27 MB (old 200); one 16 MB session line, replay ~55 MB (old 221).
 def test_count_streams_text_without_whitespace(bench: ModuleType, tmp_path: Path) -> None:
     tiny, big = tmp_path / "tiny.txt", tmp_path / "big.txt"
     bench.make_unspaced_text(tiny, 1)
