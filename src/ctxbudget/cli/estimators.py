@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from collections.abc import Iterable, Iterator
@@ -25,15 +26,6 @@ BAND = (0.95, 1.10)
 def sample_text() -> str:
     """The packaged sample: real mixed Chinese/English/code text (source on its first line)."""
     return resources.files("ctxbudget.data").joinpath("sample.txt").read_text("utf-8")
-
-
-def read_inputs(sources: tuple[str, ...]) -> tuple[str, bool]:
-    """The texts of ``sources`` (paths or ``-``) joined, and whether it is the packaged sample:
-    with no PATH, stdin is read unless it is a terminal or empty."""
-    if not sources:
-        piped = "" if sys.stdin.isatty() else "".join(c.text for c in iter_text("-"))
-        return (piped, False) if piped else (sample_text(), True)
-    return "".join(chunk.text for source in sources for chunk in iter_text(source)), False
 
 
 def _measure(chunks: Iterable[str], reference: str) -> tuple[int, int, dict[str, int]]:
@@ -71,14 +63,27 @@ def _chunks(source: str) -> Iterator[str]:
     return (chunk.text for chunk in iter_text(source))
 
 
-def compare_sources(sources: tuple[str, ...], reference: str) -> dict[str, object]:
+def _piped_chunks() -> Iterator[str] | None:
+    """Stdin's chunks when it is piped and not empty, else None (then the sample is used)."""
+    if sys.stdin.isatty():
+        return None
+    chunks = _chunks("-")
+    first = next(chunks, "")
+    return itertools.chain([first], chunks) if first else None
+
+
+def compare_sources(
+    sources: tuple[str, ...], reference: str, stdin: Iterable[str] | None = None
+) -> dict[str, object]:
     """``compare`` of all ``sources`` together, streamed, with each source's own row in
-    ``texts`` (an added field: the top-level fields keep their meaning)."""
+    ``texts`` (an added field: the top-level fields keep their meaning). ``stdin``: the chunks
+    of ``-`` when they have been started already."""
     texts = []
     chars = exact = 0
     tokens = dict.fromkeys(ESTIMATORS, 0)
     for source in sources:
-        c, e, t = _measure(_chunks(source), reference)
+        chunks = stdin if source == "-" and stdin is not None else _chunks(source)
+        c, e, t = _measure(chunks, reference)
         texts.append({"path": source, **_result(reference, c, e, t)})
         chars, exact = chars + c, exact + e
         tokens = {name: tokens[name] + t[name] for name in tokens}
@@ -181,12 +186,12 @@ def estimators_command(
       ctxbudget estimators tests/data/estimators/*.txt --plot estimators.png
       cat prompt.txt | ctxbudget estimators - --json
     """
-    if paths:
-        result, is_sample = compare_sources(paths, reference), False
+    piped = _piped_chunks() if not paths else None
+    if paths or piped is not None:
+        result, is_sample = compare_sources(paths or ("-",), reference, piped), False
     else:
-        text, is_sample = read_inputs(paths)
-        result = compare(text, reference)
-        result["texts"] = [{"path": "sample" if is_sample else "-", **result}]
+        result, is_sample = compare(sample_text(), reference), True
+        result["texts"] = [{"path": "sample", **result}]
     if plot_path:
         texts = result["texts"]
         assert isinstance(texts, list)
