@@ -18,7 +18,17 @@ from ctxbudget.tokens.calibrated import ESTIMATORS
 from ctxbudget.tokens.registry import get_tokenizer
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "estimators"
-KINDS = ("english", "chinese", "japanese", "python", "json", "mixed", "markdown")
+KINDS = (
+    "english",
+    "chinese",
+    "chinese_traditional",
+    "japanese",
+    "korean",
+    "python",
+    "json",
+    "mixed",
+    "markdown",
+)
 TOKENIZERS = ("cl100k_base", "o200k_base", "qwen3")
 
 
@@ -42,6 +52,10 @@ def ratio_table(texts: dict[str, str]) -> list[str]:
                 continue
             cells = [f"{ests[k] / exact[tok, k]:.3f}" for k in KINDS]
             lines.append(f"| {name} | {tok} | " + " | ".join(cells) + " |")
+    generic = {k: ESTIMATORS["ctxbudget"](texts[k]) for k in KINDS}
+    largest = {k: max(exact[t, k] for t in TOKENIZERS) for k in KINDS}
+    cells = [f"{generic[k] / largest[k]:.3f}" for k in KINDS]
+    lines.append("| ctxbudget | largest of the three | " + " | ".join(cells) + " |")
     lines.append("| (exact tokens) | | " + " | ".join("" for _ in KINDS) + " |")
     for tok in TOKENIZERS:
         lines.append(f"| exact | {tok} | " + " | ".join(str(exact[tok, k]) for k in KINDS) + " |")

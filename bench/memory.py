@@ -1,6 +1,7 @@
-"""Peak memory of `ctxbudget replay` on a huge session and `ctxbudget count` on a huge text file.
+"""Peak memory of `ctxbudget replay`, `count` and `estimators` on huge inputs.
 
-Run: .venv/bin/python bench/memory.py [--session-mb 1024] [--text-mb 500] [--format pi]
+Run: .venv/bin/python bench/memory.py [--session-mb 1024] [--text-mb 500] [--line-mb 300]
+     [--format pi]
 Files are generated in a temporary folder (deleted afterwards) from the real
 traces in tests/data/traces.
 """
@@ -8,6 +9,7 @@ traces in tests/data/traces.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -58,6 +60,27 @@ def make_session(path: Path, size: int, fmt: str = "pi", traces: Path = TRACES) 
     return written
 
 
+def make_long_line_session(path: Path, size: int, traces: Path = TRACES) -> int:
+    """Write the real Pi trace with its first user message replaced by about ``size`` bytes of
+    the packaged sample's text: one line that long (a pasted log or file)."""
+    lines = (traces / SESSIONS["pi"]).read_bytes().splitlines(keepends=True)
+    sample = SAMPLE_TEXT.read_text(encoding="utf-8")
+    big = sample * (size // len(sample.encode("utf-8")) + 1)
+    written = 0
+    with path.open("wb") as f:
+        for i, line in enumerate(lines):
+            if b'"role":"user"' in line:
+                record = json.loads(line)
+                record["message"]["content"] = [{"type": "text", "text": big}]
+                line = json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n"
+                written += f.write(line)
+                for rest in lines[i + 1 :]:
+                    written += f.write(rest)
+                break
+            written += f.write(line)
+    return written
+
+
 def make_text(path: Path, size: int) -> int:
     """Write about ``size`` bytes of text: the packaged sample, each copy numbered."""
     sample = SAMPLE_TEXT.read_bytes()
@@ -67,6 +90,17 @@ def make_text(path: Path, size: int) -> int:
         while written < size:
             written += f.write(b"%d. " % n + sample)
             n += 1
+    return written
+
+
+def make_unspaced_text(path: Path, size: int) -> int:
+    """Write about ``size`` bytes of text with no whitespace at all: the packaged sample (mixed
+    Chinese, English and code) with its spaces and newlines removed, repeated."""
+    sample = b"".join(SAMPLE_TEXT.read_bytes().split())
+    written = 0
+    with path.open("wb") as f:
+        while written < size:
+            written += f.write(sample)
     return written
 
 
@@ -127,10 +161,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--session-mb", type=float, default=1024)
     parser.add_argument("--text-mb", type=float, default=500)
+    parser.add_argument("--line-mb", type=float, default=300, help="the one huge session line")
     parser.add_argument("--format", choices=sorted(SESSIONS), default="pi")
     parser.add_argument("--dir", help="Where to write the temporary files (default: $TMPDIR).")
     opts = parser.parse_args()
-    need = int((opts.session_mb + opts.text_mb) * MB)
+    need = int((opts.session_mb + 2 * opts.text_mb + opts.line_mb) * MB)
     root = Path(opts.dir or tempfile.gettempdir())
     free = shutil.disk_usage(root).free
     if free < need * 1.2:
@@ -143,6 +178,11 @@ def main() -> None:
         session = make_session(big_session, int(opts.session_mb * MB), opts.format)
         make_text(tiny_text, 1)
         text = make_text(big_text, int(opts.text_mb * MB))
+        tiny_unspaced, big_unspaced = folder / "tiny-unspaced.txt", folder / "unspaced.txt"
+        make_unspaced_text(tiny_unspaced, 1)
+        unspaced = make_unspaced_text(big_unspaced, int(opts.text_mb * MB))
+        long_line = folder / "long-line.jsonl"
+        line = make_long_line_session(long_line, int(opts.line_mb * MB))
         runs = [
             measure("replay tiny --json (baseline)", ["replay", str(tiny_session), "--json"], tiny),
             measure("replay BIG --json", ["replay", str(big_session), "--json"], session),
@@ -158,6 +198,13 @@ def main() -> None:
                 ["count", str(big_text), "--json", "--estimator", "ctxbudget"],
                 text,
             ),
+            measure(
+                "count tiny-unspaced --json (baseline)", ["count", str(tiny_unspaced), "--json"]
+            ),
+            measure("count UNSPACED --json", ["count", str(big_unspaced), "--json"], unspaced),
+            measure("estimators tiny --json (baseline)", ["estimators", str(tiny_text), "--json"]),
+            measure("estimators BIG --json", ["estimators", str(big_text), "--json"], text),
+            measure("replay LONG-LINE --json", ["replay", str(long_line), "--json"], line),
         ]
     print_table(runs)
 

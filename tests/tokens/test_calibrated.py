@@ -2,37 +2,55 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import math
 import operator
+import sys
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxbudget.tokens.calibrated import CALIBRATED_ESTIMATORS, calibrated_estimate
+from ctxbudget.tokens.calibrated import (
+    CALIBRATED_ESTIMATORS,
+    calibrated_estimate,
+    codepoint_table,
+)
 from ctxbudget.tokens.charclass import (
+    BLOCK,
+    CJK_CLASS_LETTERS,
+    CJK_FEATURES,
+    CJK_START,
     FEATURES,
-    FUSED_TEXT,
-    SHORT_TEXT,
+    UNITS,
+    CodepointTable,
     features,
     linear_estimator,
-    numpy_features,
     short_features,
+    unpack_classes,
 )
 from ctxbudget.tokens.registry import get_tokenizer
 
-CORPUS = Path(__file__).resolve().parents[1] / "data" / "estimators"
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = REPO / "tests" / "data" / "estimators"
+CALIBRATION = REPO / "src" / "ctxbudget" / "tokens" / "calibration.json"
 # markdown is held out of the fit (scripts/corpus.py HELD_OUT_KINDS) and held to the same bands:
 # it checks the weights on text they were not fitted to.
-KINDS = ("english", "chinese", "japanese", "python", "json", "mixed", "markdown")
+KINDS = (
+    "english",
+    "chinese",
+    "chinese_traditional",
+    "japanese",
+    "korean",
+    "python",
+    "json",
+    "mixed",
+    "markdown",
+)
 TOKENIZERS = ("cl100k_base", "o200k_base", "qwen3")
-# Chinese and Japanese: cl100k_base needs ~1.36x the tokens of qwen3 on this corpus, so no single
-# number is within -5% of one and +25% of the other; the generic model keeps the promise that
-# matters (no under-count) and is allowed up to +50% over the most frugal vocabulary there.
-GENERIC_UPPER = {"chinese": 1.50, "japanese": 1.50}
 
 
 @cache
@@ -59,62 +77,83 @@ def test_calibrated_within_minus_5_plus_10(tokenizer: str, kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("tokenizer", TOKENIZERS)
-def test_generic_never_under_counts_much(tokenizer: str, kind: str) -> None:
-    ratio = CALIBRATED_ESTIMATORS["ctxbudget"](_text(kind)) / _exact(tokenizer, kind)
-    assert 0.95 <= ratio <= GENERIC_UPPER.get(kind, 1.25), f"{tokenizer} {kind}: {ratio:.3f}"
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_generic_is_within_25_percent_of_the_largest_count(kind: str) -> None:
+def test_generic_under_counts_no_tokenizer_and_stays_near_the_most_expensive(kind: str) -> None:
+    # The contract: >= 0.95 of each of the three, <= 1.15 of the largest. ("0.95-1.25 of all
+    # three" is impossible on CJK, where cl100k_base needs ~1.4x the tokens of qwen3.)
+    estimate = CALIBRATED_ESTIMATORS["ctxbudget"](_text(kind))
+    for tokenizer in TOKENIZERS:
+        assert estimate / _exact(tokenizer, kind) >= 0.95, f"{tokenizer} {kind}"
     largest = max(_exact(t, kind) for t in TOKENIZERS)
-    ratio = CALIBRATED_ESTIMATORS["ctxbudget"](_text(kind)) / largest
-    assert 0.95 <= ratio <= 1.25, f"{kind}: {ratio:.3f}"
+    assert estimate / largest <= 1.15, f"{kind}: {estimate / largest:.3f}"
 
 
-_CHAR_CLASSES = [f for f in FEATURES if not f.endswith("_runs")]
-_RUNS = {
-    "lower_runs": "lower",
-    "upper_runs": "upper",
-    "digit_runs": "digits",
-    "space_runs": "spaces",
-    "punct_runs": "punct",
-    "latin_ext_runs": "latin_ext",
-}
+def _one_line_paragraphs(text: str) -> list[str]:
+    """The prose paragraphs of ``text``, each unwrapped onto one line, longest first."""
+    paragraphs = [" ".join(p.split()) for p in text.split("\n\n")]
+    prose = [p for p in paragraphs if p[:1].isalpha() and "```" not in p and "|" not in p]
+    return sorted(prose, key=len, reverse=True)
 
 
-@settings(max_examples=200)
-@given(st.text(max_size=60).filter(lambda s: not any(0xD800 <= ord(c) < 0xE000 for c in s)))
-def test_character_classes_partition_the_text(text: str) -> None:
-    counts = dict(zip(FEATURES, features(text), strict=True))
-    assert sum(counts[f] for f in _CHAR_CLASSES) == len(text)
-    for runs, members in _RUNS.items():
-        assert counts[runs] <= counts[members]
+def test_one_line_paragraphs_are_not_under_counted() -> None:
+    # Model replies often put a paragraph on one line; the old fit read 0.69-0.85 on README's.
+    # Held-out Markdown prose, unwrapped: text of a kind the weights were not fitted to.
+    paragraphs = _one_line_paragraphs(_text("markdown"))[:25]
+    assert min(len(p) for p in paragraphs) > 120
+    text = "\n\n".join(paragraphs)
+    for tokenizer in TOKENIZERS:
+        exact = get_tokenizer(tokenizer).count(text)
+        ratio = CALIBRATED_ESTIMATORS[f"ctxbudget-{tokenizer}"](text) / exact
+        assert 0.95 <= ratio <= 1.10, f"{tokenizer}: {ratio:.3f}"
 
 
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("hello world", {"lower": 10, "lower_runs": 2, "spaces": 1, "space_runs": 1}),
-        ("getHTTPCode", {"lower": 6, "lower_runs": 2, "upper": 5, "upper_runs": 1}),
-        ("x = 12 + 345\n", {"digits": 5, "digit_runs": 2, "punct": 2, "newlines": 1}),
-        ("中文，「かな」한국", {"han": 2, "fullwidth": 1, "cjk_punct": 2, "kana": 2, "hangul": 2}),
-        ("привет мир — ok \U0001f600", {"latin_ext": 9, "latin_ext_runs": 2, "symbols": 1}),
-    ],
-)
-def test_features_of_small_texts(text: str, expected: dict[str, int]) -> None:
-    counts = dict(zip(FEATURES, features(text), strict=True))
-    for name, value in expected.items():
-        assert counts[name] == value, name
+def _fit_script() -> ModuleType:
+    path = REPO / "scripts" / "fit_estimators.py"
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location("ctxbudget_fit_estimators", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-@settings(max_examples=100)
-@given(st.text(max_size=40), st.text(max_size=40))
-def test_estimate_grows_with_more_text(left: str, right: str) -> None:
-    for name in CALIBRATED_ESTIMATORS:
-        assert calibrated_estimate(name, left + right) + 1 >= calibrated_estimate(name, left)
+@pytest.mark.parametrize("tokenizer", TOKENIZERS)
+def test_shipped_code_point_classes_are_what_the_vocabulary_gives(tokenizer: str) -> None:
+    shipped = unpack_classes(json.loads(CALIBRATION.read_text("utf-8"))["tables"][tokenizer])
+    assert shipped == _fit_script().vocabulary_classes(tokenizer)
 
 
+@pytest.mark.parametrize("tokenizer", TOKENIZERS)
+def test_classes_follow_the_cost_of_each_character_alone(tokenizer: str) -> None:
+    letters = codepoint_table(f"ctxbudget-{tokenizer}").packed
+    count = get_tokenizer(tokenizer).count
+    for cp in [*range(0x4E00, 0x9FFF, 53), *range(0xAC00, 0xD7A3, 97), *range(0x3040, 0x30FF, 7)]:
+        cost = count(chr(cp))
+        position = CJK_CLASS_LETTERS.index(letters[cp - CJK_START])  # solo some many 2 3
+        assert (position >= 3) == (cost >= 2), hex(cp)
+        assert (position == 4) == (cost >= 3), hex(cp)
+
+
+def test_tables_are_small() -> None:
+    assert CALIBRATION.stat().st_size < 300_000
+
+
+def _naive_features(text: str, table: CodepointTable) -> tuple[int, ...]:
+    """The features by a plain loop over characters: the oracle for the fast paths."""
+    counts = dict.fromkeys(FEATURES, 0)
+    letters = table.letters(text.encode("utf-16-le", "surrogatepass"), text) if text else b""
+    names = [f for f in FEATURES if not f.endswith("_runs")]
+    previous = None
+    for letter in letters:
+        name = names[letter - 0x41]
+        counts[name] += 1
+        run = {"digits": "digit_runs", "spaces": "space_runs"}.get(name, f"{name}_runs")
+        if run in counts and name != previous:
+            counts[run] += 1
+        previous = name
+    return tuple(counts[f] for f in FEATURES)
+
+
+_TABLE = codepoint_table("ctxbudget-qwen3")
 # Every plane and the blocks the classes split on: ASCII, Latin/Cyrillic, Indic, symbols, CJK
 # punctuation, kana, Han, Hangul, combining marks, fullwidth, emoji, lone surrogates.
 _ANY_TEXT = st.text(
@@ -124,27 +163,56 @@ _ANY_TEXT = st.text(
     ),
     max_size=300,
 )
+_ASCII_TEXT = st.text(alphabet=st.characters(max_codepoint=127), max_size=300)
 
 
-@settings(max_examples=300)
-@given(_ANY_TEXT)
-def test_short_and_numpy_paths_count_the_same(text: str) -> None:
-    assert short_features(text) == numpy_features(text)
+@settings(max_examples=200)
+@given(_ANY_TEXT | _ASCII_TEXT)
+def test_features_equal_a_plain_loop(text: str) -> None:
+    assert short_features(text, _TABLE) == _naive_features(text, _TABLE)
 
 
-@settings(max_examples=30)
-@given(_ANY_TEXT, st.integers(min_value=SHORT_TEXT - 2, max_value=SHORT_TEXT + 2))
-def test_features_agree_across_the_short_text_limit(piece: str, size: int) -> None:
-    text = (piece or "x") * (size // len(piece or "x") + 1)
-    for cut in (text[:size], text[: SHORT_TEXT + 1]):
-        assert features(cut) == numpy_features(cut) == short_features(cut)
+@settings(max_examples=25, deadline=None)
+@given(_ANY_TEXT | _ASCII_TEXT, st.integers(min_value=BLOCK - 2, max_value=3 * BLOCK + 2))
+def test_long_texts_count_by_blocks_as_one_text(piece: str, size: int) -> None:
+    text = ((piece or "x") * (size // len(piece or "x") + 1))[:size]
+    assert features(text, _TABLE) == _naive_features(text, _TABLE)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("hello world", {"lower": 10, "lower_runs": 2, "spaces": 1, "space_runs": 1}),
+        ("getHTTPCode", {"lower": 6, "lower_runs": 2, "upper": 5, "upper_runs": 1}),
+        ("x = 12 + 345\n", {"digits": 5, "digit_runs": 2, "punct": 2, "newlines": 1}),
+        ("привет мир — ok \U0001f600", {"latin_ext": 9, "latin_ext_runs": 2, "symbols": 1}),
+    ],
+)
+def test_features_of_small_texts(text: str, expected: dict[str, int]) -> None:
+    counts = dict(zip(FEATURES, features(text, _TABLE), strict=True))
+    for name, value in expected.items():
+        assert counts[name] == value, name
+
+
+def test_cjk_characters_take_their_class_from_the_vocabulary() -> None:
+    text = "的是中文，「かな」한국"  # 的 and 是 are single tokens in every shipped vocabulary
+    for name in CALIBRATED_ESTIMATORS:
+        counts = dict(zip(FEATURES, features(text, codepoint_table(name)), strict=True))
+        assert sum(counts[f] for f in CJK_FEATURES) == len(text), name
+        assert counts["cjk_2"] + counts["cjk_3"] < len(text), name
+    qwen = dict(zip(FEATURES, features("的是", codepoint_table("ctxbudget-qwen3")), strict=True))
+    assert qwen["cjk_many"] == 2  # both are in many multi-character Qwen tokens
+
+
+@settings(max_examples=100)
+@given(st.text(max_size=40), st.text(max_size=40))
+def test_estimate_grows_with_more_text(left: str, right: str) -> None:
+    for name in CALIBRATED_ESTIMATORS:
+        assert calibrated_estimate(name, left + right) + 1 >= calibrated_estimate(name, left)
 
 
 # The fused models count only what their weights use; they must give the reference formula's
 # number on every text: empty, ASCII (with and without digits), any script, and long texts.
-_ASCII_TEXT = st.text(alphabet=st.characters(max_codepoint=127), max_size=300)
-
-
 @settings(max_examples=300)
 @given(_ANY_TEXT | _ASCII_TEXT)
 def test_fused_models_equal_the_reference_formula(text: str) -> None:
@@ -152,9 +220,9 @@ def test_fused_models_equal_the_reference_formula(text: str) -> None:
         assert function(text) == calibrated_estimate(name, text), name
 
 
-@settings(max_examples=20)
-@given(_ANY_TEXT | _ASCII_TEXT, st.integers(min_value=FUSED_TEXT - 2, max_value=FUSED_TEXT + 2))
-def test_fused_models_agree_across_their_length_limit(piece: str, size: int) -> None:
+@settings(max_examples=20, deadline=None)
+@given(_ANY_TEXT | _ASCII_TEXT, st.integers(min_value=BLOCK - 2, max_value=2 * BLOCK + 2))
+def test_fused_models_agree_across_their_block_size(piece: str, size: int) -> None:
     text = ((piece or "x") * (size // len(piece or "x") + 1))[:size]
     for name, function in CALIBRATED_ESTIMATORS.items():
         assert function(text) == calibrated_estimate(name, text), name
@@ -167,33 +235,28 @@ def test_fused_models_equal_the_reference_on_real_text(kind: str) -> None:
             assert function(_text(kind)[:size]) == calibrated_estimate(name, _text(kind)[:size])
 
 
-# Any weight vector, not only the shipped ones: each feature zero or not, the CJK weights tied or
-# not, weights with 5 decimals as scripts/fit_estimators.py writes them.
+# Any weight vector, not only the shipped ones: each feature zero or not, weights with 5 decimals
+# as scripts/fit_estimators.py writes them.
 _WEIGHT = st.one_of(st.just(0.0), st.integers(1, 400_000).map(lambda n: round(n * 1e-5, 5)))
 
 
-@st.composite
-def _weights(draw: st.DrawFn) -> tuple[float, ...]:
-    by_name = dict(zip(FEATURES, draw(st.tuples(*[_WEIGHT] * len(FEATURES))), strict=True))
-    if draw(st.booleans()):
-        by_name["cjk_punct"] = by_name["kana"] = by_name["han"]
-    return tuple(by_name[f] for f in FEATURES)
-
-
-@settings(max_examples=150)
-@given(_weights(), st.lists(_ANY_TEXT | _ASCII_TEXT, min_size=1, max_size=4))
+@settings(max_examples=150, deadline=None)
+@given(
+    st.tuples(*[_WEIGHT] * len(FEATURES)),
+    st.lists(_ANY_TEXT | _ASCII_TEXT, min_size=1, max_size=4),
+)
 def test_any_fused_model_equals_the_reference_formula(
     weights: tuple[float, ...], texts: list[str]
 ) -> None:
-    function = linear_estimator(weights, "test")
+    function = linear_estimator(weights, _TABLE, "test")
+    units = [round(w * UNITS) for w in weights]
     for text in [*texts, "中文，「かな」한국 привет 12 \U0001f600", ""]:
-        reference = math.ceil(sum(map(operator.mul, weights, features(text))) - 1e-9)
-        assert function(text) == reference, text
+        total = sum(map(operator.mul, units, features(text, _TABLE)))
+        assert function(text) == -(-total // UNITS), text
 
 
 def test_shipped_weights_follow_the_fit_config() -> None:
-    path = Path(__file__).resolve().parents[2] / "src/ctxbudget/tokens/calibration.json"
-    table = json.loads(path.read_text(encoding="utf-8"))
+    table = json.loads(CALIBRATION.read_text(encoding="utf-8"))
+    assert table["features"] == list(FEATURES)
     for name, weights in table["weights"].items():
         assert all(weights[f] == 0 for f in table["dropped"]), name
-        assert len({weights[f] for f in table["tied"]}) == 1, name

@@ -216,3 +216,37 @@ def test_cli_bad_input_is_an_input_error(make: str, tmp_path: Path) -> None:
     result = CliRunner().invoke(estimators_command, [str(path)])
     assert isinstance(result.exception, InputError)
     assert "\n" not in str(result.exception)
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_cli_rows_per_file_and_plot(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from ctxbudget.cli.estimators import estimators_command
+    from ctxbudget.tokens.registry import get_tokenizer
+
+    texts = {"en.txt": "Hello there, world.\n" * 40, "zh.md": "你好，世界。中文文本。\n" * 30}
+    for name, text in texts.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    paths = [str(tmp_path / n) for n in texts]
+    one, two = tmp_path / "one.png", tmp_path / "two.png"
+    runner = CliRunner()
+    result = runner.invoke(estimators_command, [*paths, "--json", "--plot", str(two)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [row["path"] for row in data["texts"]] == paths
+    for row, text in zip(data["texts"], texts.values(), strict=True):
+        assert row["reference_tokens"] == get_tokenizer("cl100k_base").count(text)
+        assert row["chars"] == len(text)
+        assert {r["name"]: r["tokens"] for r in row["estimators"]} == {
+            name: function(text) for name, function in ESTIMATORS.items()
+        }
+    assert data["reference_tokens"] == sum(row["reference_tokens"] for row in data["texts"])
+    assert runner.invoke(estimators_command, [paths[0], "--plot", str(one)]).exit_code == 0
+    (w1, h1), (w2, h2) = _png_size(one), _png_size(two)
+    assert w1 == w2 and h2 > h1  # one row per text, the same width

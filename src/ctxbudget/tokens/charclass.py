@@ -1,25 +1,24 @@
 """Character-class counts of a text: the features of the calibrated estimators.
 
-The UTF-8 lead byte names the script block, so a 256-entry table classifies every character in C:
-``bytes.translate`` for short texts (no fixed numpy cost), numpy for long ones.
+Below U+3000 the UTF-8 lead byte names the class (``bytes.translate``, in C). From U+3000 up
+(CJK, kana, Hangul, fullwidth) each code point has its own class in a per-vocabulary table
+(``CodepointTable``): what it costs alone and how often the vocabulary merges it with others.
 """
 
 from __future__ import annotations
 
-import math
+import base64
 import operator
-from collections.abc import Callable
-from functools import cache
-from typing import TYPE_CHECKING, Any
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
 
-if TYPE_CHECKING:
-    import numpy as np
-
-# Classes of a UTF-8 byte. Continuation bytes (CONT) are dropped so each character is counted
-# once, by its lead byte; 0xE3 (U+3000..U+3FFF) is split by its second byte below.
+# Classes of a character. Continuation bytes (CONT) are dropped so each character is counted
+# once, by its lead byte; characters from U+3000 up get theirs from a CodepointTable.
 _LOWER, _UPPER, _DIGIT, _SPACE, _NEWLINE, _PUNCT = 0, 1, 2, 3, 4, 5
-_LATIN_EXT, _INDIC, _SYMBOL, _E3, _HAN, _HANGUL, _FULLWIDTH, _ASTRAL, _CONT = range(6, 15)
-_N_CLASSES = 15
+_LATIN_EXT, _INDIC, _SYMBOL = 6, 7, 8
+_CJK_SOLO, _CJK_SOME, _CJK_MANY, _CJK_2, _CJK_3, _ASTRAL, _CONT = range(9, 16)
+_N_CLASSES = 16
 
 FEATURES = (
     "lower",  # ASCII lowercase letters
@@ -37,17 +36,24 @@ FEATURES = (
     "latin_ext_runs",
     "indic",  # U+0800..U+1FFF: Indic, Thai, Georgian, Ethiopic, ...
     "symbols",  # U+2000..U+2FFF: general punctuation (“ ” — …), arrows, box drawing
-    "cjk_punct",  # U+3000..U+303F: 、。「」
-    "kana",  # U+3040..U+30FF
-    "han",  # U+3100..U+9FFF: CJK ideographs (with extension A), bopomofo
-    "hangul",  # U+A000..U+DFFF: mostly Hangul syllables
-    "fullwidth",  # U+E000..U+FFFF: fullwidth forms （），compatibility ideographs, private use
-    "astral",  # four-byte UTF-8: emoji, CJK extension B and beyond
+    # U+3000..U+FFFF (CJK punctuation, kana, Han, Hangul, fullwidth forms), by the vocabulary:
+    "cjk_solo",  # one token alone, in no token of two or more such characters
+    "cjk_some",  # one token alone, in 1-9 tokens of two or more such characters
+    "cjk_many",  # one token alone, in 10 or more (common word-forming characters)
+    "cjk_2",  # two tokens alone
+    "cjk_3",  # three or more tokens alone (and lone surrogates)
+    "astral",  # above U+FFFF: emoji, CJK extension B and beyond
 )
+CJK_FEATURES = FEATURES[15:20]
+CJK_START = 0x3000
+"""The first code point whose class comes from a vocabulary's table."""
+MANY_MERGES = 10
+"""A character in this many multi-character tokens is ``cjk_many``."""
 _RUN_CLASSES = (_LOWER, _UPPER, _DIGIT, _SPACE, _PUNCT, _LATIN_EXT)
-# Up to this many characters the pure-Python path is faster than numpy's fixed cost per call
-# (bench/estimators.py: the two cross near 2-3k characters).
-SHORT_TEXT = 2048
+# Texts are counted in blocks of at most this many characters: the fused code's run masks are
+# this long, and a block's byte strings stay small whatever the text's size (a 300 MB line).
+BLOCK = 4096
+FUSED_TEXT = BLOCK  # kept for callers of the previous name
 
 
 def _class_of_byte(b: int) -> int:
@@ -65,81 +71,116 @@ def _class_of_byte(b: int) -> int:
     for limit, cls in ((0xC0, _CONT), (0xE0, _LATIN_EXT), (0xE2, _INDIC), (0xE3, _SYMBOL)):
         if b < limit:
             return cls
-    for limit, cls in ((0xE4, _E3), (0xEA, _HAN), (0xEE, _HANGUL), (0xF0, _FULLWIDTH)):
-        if b < limit:
-            return cls
-    return _ASTRAL
+    return _ASTRAL  # U+3000 and up never take this path (see _letters)
 
 
-@cache
-def _table() -> Any:
-    import numpy as np
-
-    return np.array([_class_of_byte(b) for b in range(256)], dtype=np.uint8)
-
-
-def _e3_split(data: np.ndarray[Any, Any]) -> tuple[int, int, int]:
-    """(cjk_punct, kana, han) among characters whose UTF-8 lead byte is 0xE3."""
-    import numpy as np
-
-    second = data[np.flatnonzero(data[:-1] == 0xE3) + 1]
-    punct = int(np.count_nonzero(second == 0x80))  # U+3000..U+303F
-    kana = int(np.count_nonzero((second >= 0x81) & (second <= 0x83)))  # U+3040..U+30FF
-    return punct, kana, len(second) - punct - kana
-
-
-def features(text: str) -> tuple[int, ...]:
-    """The counts named in ``FEATURES``, in that order."""
-    if len(text) <= SHORT_TEXT:
-        return short_features(text)
-    return numpy_features(text)
-
-
-def numpy_features(text: str) -> tuple[int, ...]:
-    """``features`` by numpy: one table lookup and two histograms, fastest on long texts."""
-    import numpy as np
-
-    raw = text.encode("utf-8", "surrogatepass")
-    if not raw:
-        return (0,) * len(FEATURES)
-    data = np.frombuffer(raw, dtype=np.uint8)
-    classes = _table().take(data)
-    chars = classes if text.isascii() else classes[classes != _CONT]
-    hist = np.bincount(chars, minlength=_N_CLASSES)
-    starts = np.bincount(chars[1:][chars[1:] != chars[:-1]], minlength=_N_CLASSES)
-    starts[chars[0]] += 1
-    punct, kana, han = _e3_split(data) if hist[_E3] else (0, 0, 0)
-    counts = [int(v) for v in hist]
-    runs = {cls: int(starts[cls]) for cls in _RUN_CLASSES}
-    return (
-        counts[_LOWER],
-        runs[_LOWER],
-        counts[_UPPER],
-        runs[_UPPER],
-        counts[_DIGIT],
-        runs[_DIGIT],
-        counts[_SPACE],
-        runs[_SPACE],
-        counts[_NEWLINE],
-        counts[_PUNCT],
-        runs[_PUNCT],
-        counts[_LATIN_EXT],
-        runs[_LATIN_EXT],
-        counts[_INDIC],
-        counts[_SYMBOL],
-        punct,
-        kana,
-        han + counts[_HAN],
-        counts[_HANGUL],
-        counts[_FULLWIDTH],
-        counts[_ASTRAL],
-    )
-
-
-# The pure-Python path. Each character becomes one byte: its class letter (b"A" + class) for the
-# counts, and one bit per run class for the runs, so a run start is "my bit set, previous one not".
 _LETTERS = bytes(0x41 + _class_of_byte(b) for b in range(256))
 _CONTINUATION = bytes(range(0x80, 0xC0))
+CJK_CLASS_LETTERS = bytes(0x41 + c for c in range(_CJK_SOLO, _CJK_3 + 1))
+"""The letters a table may hold for U+3000..U+FFFF, in ``CJK_FEATURES`` order."""
+
+
+class CodepointTable:
+    """One vocabulary's class letter for every code point (U+3000..U+FFFF from its tokens).
+
+    ``packed`` holds one letter of ``CJK_CLASS_LETTERS`` per code point from U+3000 to U+FFFF;
+    numpy is imported, and the 64 KB lookup array built, on the first text that needs it.
+    """
+
+    def __init__(self, packed: bytes) -> None:
+        if len(packed) != 0x10000 - CJK_START or packed.translate(None, CJK_CLASS_LETTERS):
+            raise ValueError("a code point table holds one CJK class letter per U+3000..U+FFFF")
+        self.packed = packed
+        self._take: Callable[..., Any] | None = None
+        self._hooks: list[Callable[[Callable[..., Any]], None]] = []
+
+    def on_load(self, hook: Callable[[Callable[..., Any]], None]) -> None:
+        """Call ``hook(take)`` once the lookup array exists (fused code binds it as a global)."""
+        self._hooks.append(hook)
+        if self._take is not None:
+            hook(self._take)
+
+    def _load(self) -> Callable[..., Any]:
+        import numpy as np
+
+        lead = (chr(cp).encode("utf-8")[0] for cp in range(CJK_START))
+        below = bytes(_LETTERS[b] for b in lead)
+        table = np.frombuffer(below + self.packed + bytes([0x41 + _ASTRAL]), dtype=np.uint8)
+        self._take = take = table.take
+        for hook in self._hooks:
+            hook(take)
+        return take
+
+    def letters(self, utf16: bytes, text: str) -> bytes:
+        """One class letter per character of ``text`` (``utf16`` is its UTF-16-LE encoding)."""
+        import numpy as np
+
+        take = self._take or self._load()
+        if len(utf16) == 2 * len(text):  # no character above U+FFFF
+            letters: bytes = take(np.frombuffer(utf16, dtype=np.uint16)).tobytes()
+            return letters
+        points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        letters = take(points, mode="clip").tobytes()  # above U+FFFF: the last, astral letter
+        return letters
+
+
+def unpack_classes(packed: str) -> bytes:
+    """A table's class letters from their calibration.json form (base64 of zlib)."""
+    return zlib.decompress(base64.b64decode(packed))
+
+
+def pack_classes(letters: bytes) -> str:
+    """The calibration.json form of a table's class letters (the inverse of unpack_classes)."""
+    return base64.b64encode(zlib.compress(letters, 9)).decode("ascii")
+
+
+def _letters(text: str, table: CodepointTable) -> bytes:
+    """One class letter per character of a non-ASCII text."""
+    return table.letters(text.encode("utf-16-le", "surrogatepass"), text)
+
+
+def blocks(text: str, size: int = BLOCK) -> Iterator[str]:
+    """``text`` in consecutive pieces of at most ``size`` characters."""
+    for start in range(0, len(text), size):
+        yield text[start : start + size]
+
+
+def features(text: str, table: CodepointTable) -> tuple[int, ...]:
+    """The counts named in ``FEATURES``, in that order, by ``table``'s classes."""
+    if len(text) <= BLOCK:
+        return short_features(text, table)
+    totals = [0] * len(FEATURES)
+    for start in range(0, len(text), BLOCK):
+        for i, value in enumerate(short_features(text[start : start + BLOCK], table)):
+            totals[i] += value
+        if start:  # a run that goes on across the cut was counted twice
+            for run, member in _RUN_PAIRS:
+                totals[run] -= _runs_across(text[start - 1 : start + 1], table, member)
+    return tuple(totals)
+
+
+_RUN_PAIRS = [
+    (FEATURES.index(f"{name}_runs"), cls)
+    for name, cls in (
+        ("lower", _LOWER),
+        ("upper", _UPPER),
+        ("digit", _DIGIT),
+        ("space", _SPACE),
+        ("punct", _PUNCT),
+        ("latin_ext", _LATIN_EXT),
+    )
+]
+
+
+def _runs_across(pair: str, table: CodepointTable, cls: int) -> int:
+    """1 when both characters of ``pair`` are of class ``cls``, else 0."""
+    ascii_ = pair.isascii()
+    letters = pair.encode("ascii").translate(_LETTERS) if ascii_ else _letters(pair, table)
+    return int(letters == bytes([0x41 + cls]) * 2)
+
+
+# Each character becomes one byte: its class letter (b"A" + class) for the counts, and one bit
+# per run class for the runs, so a run start is "my bit set, previous one not".
 _RUN_BITS = bytes(
     1 << _RUN_CLASSES.index(b - 0x41) if b - 0x41 in _RUN_CLASSES else 0 for b in range(256)
 )
@@ -157,17 +198,13 @@ def _run_starts(bits: bytes) -> bytes:
     return (value ^ (value & (value >> 8))).to_bytes(len(bits), "big")
 
 
-def short_features(text: str) -> tuple[int, ...]:
-    """``features`` by ``bytes.translate`` and ``bytes.count``: no numpy, fastest on short texts."""
-    raw = text.encode("utf-8", "surrogatepass")
-    if len(raw) == len(text):
-        return _ascii_features(raw)
-    chars = raw.translate(_LETTERS, _CONTINUATION)
+def short_features(text: str, table: CodepointTable) -> tuple[int, ...]:
+    """``features`` of one block, by ``bytes.translate`` and ``bytes.count``."""
+    if text.isascii():
+        return _ascii_features(text.encode("ascii"))
+    chars = _letters(text, table)
     count = chars.count
     runs = _run_starts(chars.translate(_RUN_BITS)).count
-    e3 = count(_L[_E3])
-    punct = raw.count(b"\xe3\x80") if e3 else 0  # U+3000..U+303F
-    kana = raw.count(b"\xe3\x81") + raw.count(b"\xe3\x82") + raw.count(b"\xe3\x83") if e3 else 0
     bit = _BIT
     return (
         count(_L[_LOWER]),
@@ -185,11 +222,7 @@ def short_features(text: str) -> tuple[int, ...]:
         runs(bit[5]),
         count(_L[_INDIC]),
         count(_L[_SYMBOL]),
-        punct,
-        kana,
-        e3 - punct - kana + count(_L[_HAN]),
-        count(_L[_HANGUL]),
-        count(_L[_FULLWIDTH]),
+        *(count(_L[c]) for c in range(_CJK_SOLO, _CJK_3 + 1)),
         count(_L[_ASTRAL]),
     )
 
@@ -222,26 +255,31 @@ def _ascii_features(raw: bytes) -> tuple[int, ...]:
 _NON_ASCII_ZEROS = (0,) * (len(FEATURES) - 11)
 
 
+UNITS = 100_000
+"""Weights are written with 5 decimals, so each is a whole number of 1/100,000 tokens."""
+
+
+def weight_units(weights: tuple[float, ...]) -> tuple[int, ...]:
+    """Each weight in whole ``UNITS`` (exact for the 5-decimal weights calibration.json holds)."""
+    return tuple(round(w * UNITS) for w in weights)
+
+
+def reference_estimate(weights: tuple[float, ...], table: CodepointTable, text: str) -> int:
+    """``ceil(sum(w * n for w, n in zip(weights, features(text))))``, in exact integers.
+
+    Summed in whole ``UNITS``, so no float rounding can move an estimate by a token.
+    """
+    total: int = sum(map(operator.mul, weight_units(weights), features(text, table)))
+    return -(-total // UNITS)
+
+
 # Fused linear models: ``linear_estimator`` writes, per weight vector, one straight-line function
-# that counts only the features whose weight is not zero and sums the products in ``FEATURES``
-# order. Skipped terms are exact zeros, so the float total is the one ``sum`` of all products
-# gives. A count costs ~0.2 µs per 200 characters, so every count left out matters (issue 2:
-# 5x faster than tiktoken on 200 characters).
-# Up to this many characters the fused path beats numpy (they cross near 4-5k characters).
-FUSED_TEXT = 4096
-# Run starts: one bit per run class (_RUN_BITS order), masked per class from a big integer.
-_RUN_MASKS = [int.from_bytes(bytes([1 << i]) * FUSED_TEXT, "little") for i in range(6)]
-# Non-ASCII text with U+3000..U+3FFF characters keeps their second UTF-8 byte as a letter:
-# "p" U+3000..U+303F (CJK punctuation), "q" U+3040..U+30FF (kana), "r" any other continuation.
-_LETTERS_E3 = bytes(
-    _LETTERS[b] if not 0x80 <= b < 0xC0 else (0x70 if b == 0x80 else 0x71 if b < 0x84 else 0x72)
-    for b in range(256)
-)
-# Then the U+3000..U+3FFF letter joins Han's (one count less); punctuation and kana are taken out.
-_E3_AS_HAN = bytes(0x41 + _HAN if b == 0x41 + _E3 else b for b in range(256))
-# A model with one weight for CJK punctuation, kana and Han counts them all as Han letters.
-_LETTERS_CJK = _LETTERS.translate(_E3_AS_HAN)
-_E3_SPLIT = ("cjk_punct", "kana", "han")
+# that gives ``reference_estimate``'s number fast: it counts only the features whose weight is not
+# zero (``bytes.count``, ~0.1-0.2 µs each on 200 characters; issue 2 wants 5x tiktoken there) and
+# sums whole units. Non-ASCII text gets its class letters by one numpy lookup per character.
+# (Tried: a 32-bit word per character, weight above run bit, summed as one big integer modulo
+# 2**32 - 1: slower, the integer is four times as long and its division costs ~12 ns a digit.)
+_RUN_MASKS = [int.from_bytes(bytes([1 << i]) * BLOCK, "little") for i in range(6)]
 _CLASS_OF = {
     "lower": _LOWER,
     "upper": _UPPER,
@@ -252,8 +290,7 @@ _CLASS_OF = {
     "latin_ext": _LATIN_EXT,
     "indic": _INDIC,
     "symbols": _SYMBOL,
-    "hangul": _HANGUL,
-    "fullwidth": _FULLWIDTH,
+    **{f: _CJK_SOLO + i for i, f in enumerate(CJK_FEATURES)},
     "astral": _ASTRAL,
 }
 _RUN_OF = {
@@ -265,9 +302,9 @@ _RUN_OF = {
     "latin_ext_runs": "latin_ext",
 }
 # Classes most texts of a path lack: counted only when a cheap test finds one (prose has no
-# digits; CJK and English text no Hangul, Indic or emoji), and left out of that branch's sum.
+# digits; CJK and English text no Indic or emoji), and left out of that branch's sum.
 _ASCII_RARE = ("digits", "digit_runs")
-_RARE = ("digits", "latin_ext", "indic", "symbols", "hangul", "astral")
+_RARE = ("digits", "latin_ext", "indic", "symbols", "astral")
 _NON_ASCII_RARE = (*_RARE, "digit_runs", "latin_ext_runs")
 _ASCII_BIT = {"lower": 1, "upper": 2, "digits": 4, "spaces": 8, "punct": 16, "newlines": 0x40}
 
@@ -276,14 +313,22 @@ def _run_line(run: str) -> str:
     return f"{run} = (s & _M{_RUN_CLASSES.index(_CLASS_OF[_RUN_OF[run]])}).bit_count()"
 
 
-def _total(weights: dict[str, float], used: list[str]) -> str:
-    sum_ = " + ".join(f"{weights[f]!r} * {f}" for f in used) or "0.0"
-    return f"return _ceil({sum_} - 1e-9)"
+def _total(units: dict[str, int], used: list[str]) -> str:
+    """The return line: the estimate rounded up (the ``units`` variant strips the rounding)."""
+    sum_ = " + ".join(f"{units[f]} * {f}" for f in used) or "0"
+    return f"return -(-({sum_}) // {UNITS})"
 
 
-def _ascii_source(weights: dict[str, float]) -> list[str]:
+def _as_units(line: str) -> str:
+    """A return line of ``_total`` that returns the unrounded sum, in units, instead."""
+    if line.lstrip().startswith("return -(-("):
+        return line.replace("return -(-(", "return (").replace(f") // {UNITS})", ")")
+    return line
+
+
+def _ascii_source(units: dict[str, int]) -> list[str]:
     """Body lines of the ASCII branch: count the features with a weight, return the estimate."""
-    used = [f for f in FEATURES[:11] if weights[f]]
+    used = [f for f in FEATURES[:11] if units[f]]
     counts = [f for f in _ASCII_BIT if f in used]
     lines = ["t = text.encode('ascii').translate(_ASCII_BITS)", "count = t.count"]
     derive = len(counts) == 6  # then the most common class is what the others leave
@@ -295,51 +340,30 @@ def _ascii_source(weights: dict[str, float]) -> list[str]:
     common = [f for f in used if f not in _ASCII_RARE]
     rest = "len(t) - upper - spaces - punct - newlines"
     if not set(_ASCII_RARE) & set(used):
-        return lines + ([f"lower = {rest}"] if derive else []) + [_total(weights, used)]
+        return lines + ([f"lower = {rest}"] if derive else []) + [_total(units, used)]
     rare = [f"digits = count({_ASCII_BIT['digits']})"] if "digits" in used else []
     rare += [f"lower = {rest} - digits"] * derive
     rare += [_run_line("digit_runs")] if "digit_runs" in used else []
     return [
         *lines,
         f"if {_ASCII_BIT['digits']} in t:",
-        *(f"    {line}" for line in [*rare, _total(weights, used)]),
+        *(f"    {line}" for line in [*rare, _total(units, used)]),
         *([f"lower = {rest}"] * derive),
-        _total(weights, common),
+        _total(units, common),
     ]
 
 
-def _non_ascii_source(weights: dict[str, float]) -> list[str]:
-    """Body lines of the non-ASCII branch: count the features with a weight, return the estimate."""
-    used = [f for f in FEATURES if weights[f]]
-    lines = ["raw = text.encode('utf-8', 'surrogatepass')"]
-    if weights["cjk_punct"] == weights["kana"] == weights["han"]:
-        # One weight for all of U+3000..U+9FFF: no split of U+3000..U+3FFF needed (saves a
-        # translate and two two-byte counts, ~1.5 µs on 200 Japanese characters). The products
-        # regroup as w * (a + b + c); with 5-decimal weights that moves the total by far less
-        # than the 1e-9 the rounding allows, so the estimate is the reference formula's.
-        lines.append("chars = raw.translate(_LETTERS_CJK, _CONTINUATION)")
-        if "han" in used:
-            lines.append(f"han = chars.count({0x41 + _HAN})")
-        return _non_ascii_counts(lines, weights, [f for f in used if f not in _E3_SPLIT[:2]])
-    if {"cjk_punct", "kana", "han"} & set(used):
-        lines += [
-            "if 0xE3 in raw:",
-            "    r = raw.translate(_LETTERS_E3)",
-            "    chars = r.translate(_E3_AS_HAN, b'pqr')",
-            "    cjk_punct, kana = r.count(b'Jp'), r.count(b'Jq')",
-            "else:",
-            "    chars = raw.translate(_LETTERS, _CONTINUATION)",
-            "    cjk_punct = kana = 0",
-        ]
-    else:
-        lines.append("chars = raw.translate(_LETTERS, _CONTINUATION)")
-    lines += [f"han = chars.count({0x41 + _HAN}) - cjk_punct - kana"] if "han" in used else []
-    return _non_ascii_counts(lines, weights, used)
-
-
-def _non_ascii_counts(lines: list[str], weights: dict[str, float], used: list[str]) -> list[str]:
-    """The rest of the non-ASCII branch, after ``chars`` (and the CJK counts) are known."""
-    lines = [*lines, "count = chars.count"]
+def _non_ascii_source(units: dict[str, int]) -> list[str]:
+    """Body lines of the other branch: class letters by table lookup, then counts."""
+    used = [f for f in FEATURES if units[f]]
+    lines = [
+        "u = text.encode('utf-16-le', 'surrogatepass')",
+        "if _take is None or len(u) != len(text) << 1:",  # numpy not loaded yet, or astral
+        "    chars = _table_letters(u, text)",
+        "else:",
+        "    chars = _take(_frombuffer(u, _uint16)).tobytes()",
+        "count = chars.count",
+    ]
     lines += [
         f"{f} = count({0x41 + c})" for f, c in _CLASS_OF.items() if f in used and f not in _RARE
     ]
@@ -348,9 +372,9 @@ def _non_ascii_counts(lines: list[str], weights: dict[str, float], used: list[st
     lines += [_run_line(f) for f in used if f in _RUN_OF and f not in _NON_ASCII_RARE]
     rare_used = [f for f in used if f in _NON_ASCII_RARE]
     if not rare_used:
-        return [*lines, _total(weights, used)]
+        return [*lines, _total(units, used)]
     # The rare classes are counted in a string of only them, usually empty.
-    common = bytes(0x41 + c for f, c in _CLASS_OF.items() if f not in _RARE) + b"JK"
+    common = bytes(0x41 + c for f, c in _CLASS_OF.items() if f not in _RARE)
     rare = ["rc = rare.count", *(f"{f} = rc({0x41 + _CLASS_OF[f]})" for f in _RARE if f in used)]
     if "digit_runs" in used:
         rare += ["digits = rc(67)" if "digits" not in used else "", _run_line("digit_runs")]
@@ -361,32 +385,60 @@ def _non_ascii_counts(lines: list[str], weights: dict[str, float], used: list[st
         *lines,
         f"rare = chars.translate(None, {common!r})",
         "if rare:",
-        *(f"    {line}" for line in [*filter(None, rare), _total(weights, used)]),
-        _total(weights, [f for f in used if f not in _NON_ASCII_RARE]),
+        *(f"    {line}" for line in [*filter(None, rare), _total(units, used)]),
+        _total(units, [f for f in used if f not in _NON_ASCII_RARE]),
     ]
 
 
-def linear_estimator(weights: tuple[float, ...], name: str) -> Callable[[str], int]:
-    """``ceil(sum(w * n for w, n in zip(weights, features(text))) - 1e-9)``, fused and fast.
-
-    The 1e-9 keeps a total that is an integer in exact arithmetic from rounding up.
-    """
-    by_name = dict(zip(FEATURES, weights, strict=True))
+def linear_estimator(
+    weights: tuple[float, ...], table: CodepointTable, name: str
+) -> Callable[[str], int]:
+    """``reference_estimate(weights, table, text)``, fused and fast."""
+    units = dict(zip(FEATURES, weight_units(weights), strict=True))
+    branches = [
+        "    if text.isascii():",
+        *(f"        {line}" for line in _ascii_source(units)),
+        *(f"    {line}" for line in _non_ascii_source(units)),
+    ]
+    runs = [(units[FEATURES[run]], cls) for run, cls in _RUN_PAIRS if units[FEATURES[run]]]
     body = [
         "def estimate(text):",
-        "    if len(text) > FUSED_TEXT:",
-        "        return _ceil(sum(map(_mul, WEIGHTS, numpy_features(text))) - 1e-9)",
-        "    if text.isascii():",
-        *(f"        {line}" for line in _ascii_source(by_name)),
-        *(f"    {line}" for line in _non_ascii_source(by_name)),
+        "    if len(text) > BLOCK:",
+        "        return -(-_long_units(text) // UNITS)",
+        *branches,
+        "def block_units(text):",
+        *map(_as_units, branches),
+        "def _long_units(text):",
+        "    total = 0",
+        "    for start in range(0, len(text), BLOCK):",
+        "        total += block_units(text[start : start + BLOCK])",
+        *(
+            [
+                "        if start:",  # a run that goes on across the cut was counted twice
+                "            pair = text[start - 1 : start + 1]",
+                *(f"            total -= {w} * _runs_across(pair, TABLE, {c})" for w, c in runs),
+            ]
+            if runs
+            else []
+        ),
+        "    return total",
     ]
     namespace: dict[str, Any] = {
         **globals(),
         "WEIGHTS": weights,
+        "TABLE": table,
+        "_table_letters": table.letters,
+        "_reference": reference_estimate,
         **{f"_M{i}": mask for i, mask in enumerate(_RUN_MASKS)},  # a global loads faster
-        "_ceil": math.ceil,
-        "_mul": operator.mul,
+        "_take": None,  # bound once numpy is loaded (the first non-ASCII text)
     }
     exec(compile("\n".join(body), f"<ctxbudget estimator {name}>", "exec"), namespace)
+
+    def bind(take: Callable[..., Any]) -> None:
+        import numpy as np
+
+        namespace.update(_take=take, _frombuffer=np.frombuffer, _uint16=np.uint16)
+
+    table.on_load(bind)
     function: Callable[[str], int] = namespace["estimate"]
     return function

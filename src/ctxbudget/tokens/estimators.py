@@ -24,6 +24,17 @@ _CORECODER_SYMBOL = re.compile(r"[^\w\s]")
 # text leaves exactly the symbols, in one C pass instead of a regex scan.
 _ASCII_NON_SYMBOLS = bytes(b for b in range(128) if not _CORECODER_SYMBOL.match(chr(b)))
 _CJK_FLAG, _SYMBOL_FLAG = 1, 2
+# Past this many characters a text is measured slice by slice: every count below is a sum over
+# characters, and a slice's encodings stay small whatever the text's size (a 300 MB line would
+# otherwise cost 600 MB of UTF-16 and 2.4 GB of int64 indices at once).
+SLICE = 1 << 20
+
+
+def _sliced(measure: Callable[[str], int], text: str) -> int:
+    """``measure(text)`` for an additive ``measure``, computed over bounded slices."""
+    if len(text) <= SLICE:
+        return measure(text)
+    return sum(measure(text[i : i + SLICE]) for i in range(0, len(text), SLICE))
 
 
 @cache
@@ -46,6 +57,9 @@ def _corecoder_flags() -> Any:
 
 def _corecoder_counts(text: str) -> tuple[int, int]:
     """(CJK chars, symbol chars) of a non-ASCII text, by a per-code-point table."""
+    if len(text) > SLICE:
+        parts = [_corecoder_counts(text[i : i + SLICE]) for i in range(0, len(text), SLICE)]
+        return sum(p[0] for p in parts), sum(p[1] for p in parts)
     import numpy as np
 
     units = text.encode("utf-16-le", "surrogatepass")
@@ -66,9 +80,25 @@ def _corecoder_counts(text: str) -> tuple[int, int]:
     )
 
 
+def _utf16_units(text: str) -> int:
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
 def utf16_length(text: str) -> int:
     """JavaScript's ``text.length``: UTF-16 code units (a character above U+FFFF counts 2)."""
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+    return _sliced(_utf16_units, text)
+
+
+def _utf8_bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _ascii_chars(text: str) -> int:
+    return len(text.encode("ascii", "ignore"))
+
+
+def _ascii_symbols(text: str) -> int:
+    return len(text.encode("ascii").translate(None, _ASCII_NON_SYMBOLS))
 
 
 def corecoder_v04(text: str) -> int:
@@ -89,7 +119,7 @@ def corecoder_v07(text: str) -> int:
     """
     if text.isascii():
         cjk = 0
-        symbols = len(text.encode("ascii").translate(None, _ASCII_NON_SYMBOLS))
+        symbols = _sliced(_ascii_symbols, text)
     else:
         cjk, symbols = _corecoder_counts(text)
     rest = len(text) - cjk
@@ -119,7 +149,7 @@ def codex(text: str) -> int:
 
     Source: openai/codex ``codex-rs/utils/string/src/truncate.rs:4,71-74`` (4 bytes per token).
     """
-    return math.ceil(len(text.encode("utf-8", "surrogatepass")) / 4)
+    return math.ceil(_sliced(_utf8_bytes, text) / 4)
 
 
 def miniagent(text: str) -> int:
@@ -127,7 +157,7 @@ def miniagent(text: str) -> int:
 
     Source: the seed lesson's project ``miniagent/tokens.py`` (HeuristicCounter).
     """
-    ascii_chars = len(text.encode("ascii", "ignore"))
+    ascii_chars = _sliced(_ascii_chars, text)
     return math.ceil(ascii_chars / 3.5 + (len(text) - ascii_chars))
 
 
