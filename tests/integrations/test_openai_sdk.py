@@ -21,9 +21,10 @@ from tests.integrations.scripted import (
     openai_tools,
     tool_output,
 )
+from tests.providers.fakeserver import FakeServer, Reply
 
 from ctxbudget.compaction import load_archive
-from ctxbudget.errors import CtxbudgetError, PromptFloorExceeded
+from ctxbudget.errors import CtxbudgetError, PromptFloorExceeded, RequestOverRateLimitError
 from ctxbudget.integrations.openai_sdk import guard_openai
 
 
@@ -172,3 +173,22 @@ def test_the_responses_api_is_guarded_too(stream: bool) -> None:
                 )
     _check(server.model, guarded.guard, reply.output_text)
     assert all(r.path.endswith("/responses") for r in server.requests)
+
+
+def test_a_request_over_a_per_minute_limit_is_raised_not_compacted() -> None:
+    # Groq's wording for a request larger than the whole per-minute budget (tests/data/overflow).
+    message = (
+        "Request too large for model `llama-3.3-70b-versatile` in organization `org_x` on tokens "
+        "per minute (TPM): Limit 12000, Requested 342389, please reduce your message size."
+    )
+    body = {"error": {"message": message, "type": "tokens", "code": "rate_limit_exceeded"}}
+    with FakeServer(Reply(status=413, body=body), Reply(status=413, body=body)) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
+        guarded = guard_openai(client, window=CONFIGURED_WINDOW, tokenizer=TOKENIZER)
+        with pytest.raises(RequestOverRateLimitError) as caught:
+            guarded.chat.completions.create(
+                model="scripted", messages=[{"role": "user", "content": TASK}]
+            )
+    assert len(server.requests) == 1  # neither compacted and resent nor retried
+    assert guarded.guard.overflows == 0
+    assert "\n" not in str(caught.value)

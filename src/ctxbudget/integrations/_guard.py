@@ -29,7 +29,7 @@ from ctxbudget.compaction.archive import Archive
 from ctxbudget.compaction.records import message_to_record
 from ctxbudget.compaction.strategies import CompactionResult, compact
 from ctxbudget.compaction.summarizer import Summarizer
-from ctxbudget.errors import CompactionError, ContextOverflowError
+from ctxbudget.errors import CompactionError, ContextOverflowError, RequestOverRateLimitError
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.messages.usage import Usage
 from ctxbudget.providers.overflow import classify_error
@@ -58,9 +58,19 @@ def overflow_of(error: BaseException, *, known: bool = False) -> ContextOverflow
     status = status if isinstance(status, int) and not isinstance(status, bool) else None
     body = getattr(error, "body", None)
     text = str(error) if body is None else f"{error} {json.dumps(body, default=str)}"
-    found = classify_error(status, text)
+    found = only_overflow(classify_error(status, text), error)
     if found is None and known:
         return ContextOverflowError(one_line(str(error)), status=status)
+    return found
+
+
+def only_overflow(
+    found: ContextOverflowError | RequestOverRateLimitError | None, error: BaseException
+) -> ContextOverflowError | None:
+    """An overflow to recover from; a request over a per-minute limit is raised as it is, since
+    neither a compaction of this size nor a retry helps (its message says what does)."""
+    if isinstance(found, RequestOverRateLimitError):
+        raise found from error
     return found
 
 

@@ -19,7 +19,7 @@ from ctxbudget.budget.rules import Policy
 from ctxbudget.budget.usage import usage_from_openai, usage_from_openai_responses
 from ctxbudget.compaction.archive import Archive
 from ctxbudget.errors import ContextOverflowError, CtxbudgetError
-from ctxbudget.integrations._guard import ContextGuard, overflow_of
+from ctxbudget.integrations._guard import ContextGuard, only_overflow, overflow_of
 from ctxbudget.integrations._responses import as_item, read_item, rebuild_item, tool_specs
 from ctxbudget.integrations._streams import AsyncUsageStream, UsageStream
 from ctxbudget.integrations._view import Substitution, Translated, UsageMemory, translate
@@ -373,7 +373,7 @@ def _overflow(error: Exception) -> ContextOverflowError | None:
         text = response.text
     except Exception:  # a streamed error body that was never read
         return overflow_of(error)
-    return classify_error(status, text) or overflow_of(error)
+    return only_overflow(classify_error(status, text), error) or overflow_of(error)
 
 
 def _is_async(client: Any) -> bool:
