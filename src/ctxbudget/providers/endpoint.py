@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 import os
@@ -9,17 +10,20 @@ import re
 from urllib.parse import urlsplit
 
 from ctxbudget.errors import ConfigError
+from ctxbudget.messages import Message, TextPart
 
 __all__ = [
     "DEFAULT_API_KEY_ENV",
     "NO_API_KEY",
     "RedactingFilter",
+    "StreamRedactor",
     "api_key_from_env",
     "checked_url",
     "is_local_url",
     "provider_name_for",
     "public_url",
     "redact",
+    "redacted_message",
     "url_secrets",
 ]
 
@@ -48,6 +52,10 @@ _HOSTS = (
 _PORTS = {11434: "ollama", 8000: "vllm", 8080: "llamacpp", 1234: "lmstudio"}
 _BEARER = re.compile(r"(bearer\s+)\S+", re.IGNORECASE)
 _SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}")
+# A tail of streamed text that may be the start of an ``sk-`` key or a ``Bearer`` token.
+_OPEN_TAIL = re.compile(
+    r"\b(?:s|sk|sk-[A-Za-z0-9_\-]*|b(?:e(?:a(?:r(?:er?)?)?)?)?|bearer\s*\S*)\Z", re.IGNORECASE
+)
 
 
 def provider_name_for(base_url: str) -> str:
@@ -148,3 +156,66 @@ class RedactingFilter(logging.Filter):
             record.exc_text = redact(formatter.formatException(record.exc_info), self.secrets)
             record.exc_info = None
         return True
+
+
+def redacted_message(message: Message, secrets: tuple[str, ...]) -> Message:
+    """The message with `redact` applied to its text, reasoning and tool-call arguments.
+
+    A server may echo a key back in a successful reply; the reply is shown and archived.
+    """
+    if isinstance(message.content, str):
+        content: str | tuple[object, ...] = redact(message.content, secrets)
+    else:
+        content = tuple(
+            TextPart(redact(p.text, secrets)) if isinstance(p, TextPart) else p
+            for p in message.content
+        )
+    calls = tuple(
+        dataclasses.replace(c, arguments=redact(c.arguments, secrets)) for c in message.tool_calls
+    )
+    reasoning = None if message.reasoning is None else redact(message.reasoning, secrets)
+    return dataclasses.replace(
+        message,
+        content=content,  # type: ignore[arg-type]
+        tool_calls=calls,
+        reasoning=reasoning,
+    )
+
+
+class StreamRedactor:
+    """`redact` over text that arrives in pieces: a key split across two deltas is still caught.
+
+    ``feed`` returns what is safe to show now and holds back a tail that could be the start of
+    a secret; ``flush`` returns the rest at the end of the stream.
+    """
+
+    def __init__(self, secrets: tuple[str, ...] = ()) -> None:
+        self.secrets = tuple(s for s in secrets if s)
+        self._held = ""
+
+    def feed(self, text: str) -> str:
+        if not text:
+            return ""
+        held = self._held + text
+        cut = min(self._open_secret(held), self._open_pattern(held))
+        self._held = held[cut:]
+        return redact(held[:cut], self.secrets)
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        return redact(held, self.secrets)
+
+    def _open_secret(self, text: str) -> int:
+        """Where a proper prefix of a secret starts at the end of ``text`` (or ``len(text)``)."""
+        cut = len(text)
+        for secret in self.secrets:
+            for size in range(min(len(secret) - 1, len(text)), 0, -1):
+                if secret.startswith(text[-size:]):
+                    cut = min(cut, len(text) - size)
+                    break
+        return cut
+
+    @staticmethod
+    def _open_pattern(text: str) -> int:
+        match = _OPEN_TAIL.search(text[-256:])
+        return len(text) if match is None else len(text) - (len(match.group()))
