@@ -276,7 +276,7 @@ class OpenAICompatibleProvider(Provider):
         for data in sse_events(pieces):
             if data.strip() == DONE:
                 assembly.done = True
-                return
+                break
             chunk = json_object(data)
             if chunk is None:
                 raise _Transient(
