@@ -25,6 +25,7 @@ from ctxbudget.errors import (
     ProviderError,
 )
 from ctxbudget.messages import Message, Request, Usage
+from ctxbudget.messages.jsondepth import JsonTooDeep
 from ctxbudget.messages.openai import message_from_openai, request_to_openai
 from ctxbudget.providers.base import Completion, Provider
 from ctxbudget.providers.endpoint import (
@@ -225,7 +226,9 @@ class OpenAICompatibleProvider(Provider):
             if self.stream:
                 return self._streamed(body, timeout, max_tokens)
             raw = self._client.chat.completions.with_raw_response.create(**body, timeout=timeout)
-            text = raw.text
+            return self._completion(raw.text, max_tokens)
+        except JsonTooDeep as err:
+            raise self._error(f"HTTP 200 with {err}") from None
         except ReplyLimitError as err:
             raise self._limit_error(err) from None
         except openai.APIStatusError as err:
@@ -236,7 +239,6 @@ class OpenAICompatibleProvider(Provider):
             if isinstance(err.__cause__, ReplyLimitError):
                 raise self._limit_error(err.__cause__) from None
             raise _Transient(self._error(f"connection failed: {cause(err)}")) from None
-        return self._completion(text, max_tokens)
 
     def _attempt_timeout(self, left: float | None) -> openai.Timeout:
         """This attempt's timeouts: the configured ones, shortened to the time left."""
