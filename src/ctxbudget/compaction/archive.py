@@ -6,10 +6,12 @@ exclusive lock, so two processes never interleave lines. ``load_archive`` rebuil
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import stat
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +36,9 @@ __all__ = ["ARCHIVE_FORMAT", "Archive", "ArchiveState", "load_archive"]
 ARCHIVE_FORMAT = "ctxbudget-archive"
 ARCHIVE_VERSION = 1
 _HEADER_PREFIX = b'{"type":"meta"'
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+"""The longest record written or read: a reply is capped at 32 MiB (providers/limits.py), so a
+longer line is not one of ours and is never read whole."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,10 +142,18 @@ def _list(record: Mapping[str, Any]) -> list[Any]:
     return view
 
 
-def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes, bool]]:
-    """(line number, bytes without newline, complete) for each line; streams."""
-    for number, raw in enumerate(handle, start=1):
+def _lines(path: str, handle: BinaryIO) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, bytes without newline, complete) for each line; streams; a line longer
+    than ``MAX_RECORD_BYTES`` is an error, found without reading it whole."""
+    number = 0
+    while raw := handle.readline(MAX_RECORD_BYTES + 1):
+        number += 1
         complete = raw.endswith(b"\n")
+        if len(raw) > MAX_RECORD_BYTES:
+            raise TraceFormatError(
+                f"{path} line {number} is longer than {MAX_RECORD_BYTES // 2**20} MiB: "
+                "not a ctxbudget archive record"
+            )
         yield number, raw.rstrip(b"\r\n") if complete else raw, complete
 
 
@@ -153,16 +166,19 @@ def _parse(raw: bytes) -> object:
 
 def _read(path: str, handle: BinaryIO) -> _Reader:
     reader = _Reader(path)
-    for number, raw, complete in _lines(handle):
+    headed = False
+    for number, raw, complete in _lines(path, handle):
         where = f"{path} line {number}"
         if not raw.strip():
             continue
         record = _parse(raw)
-        if number == 1 and not (isinstance(record, Mapping) and _is_header(record)):
-            if raw.startswith(_HEADER_PREFIX) or _HEADER_PREFIX.startswith(raw):
-                reader.warnings.append(f"{where}: torn header record (writer killed); skipped")
-                continue
-            raise TraceFormatError(f"{path} is not a ctxbudget archive (no archive header)")
+        if not headed:  # the first line with content must be the header
+            headed = True
+            if not (isinstance(record, Mapping) and _is_header(record)):
+                if raw.startswith(_HEADER_PREFIX) or _HEADER_PREFIX.startswith(raw):
+                    reader.warnings.append(f"{where}: torn header record (writer killed); skipped")
+                    continue
+                raise _not_an_archive(path)
         if not isinstance(record, Mapping):
             state = "torn last record" if not complete else "unreadable record (torn write?)"
             reader.warnings.append(f"{where}: {state}, {len(raw)} bytes; skipped")
@@ -173,7 +189,25 @@ def _read(path: str, handle: BinaryIO) -> _Reader:
             raise
         except CtxbudgetError as exc:
             raise TraceFormatError(f"{where}: {exc}") from exc
+    if not headed and handle.tell() > 0:  # blank lines only: not written by us
+        raise _not_an_archive(path)
     return reader
+
+
+def _write_all(file: BinaryIO, data: bytes) -> None:
+    """Write every byte: an unbuffered write may take only part (a disk filling up)."""
+    view = memoryview(data)
+    while view:
+        written = file.write(view)
+        if not written:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[written:]
+
+
+def _not_an_archive(path: str) -> TraceFormatError:
+    return TraceFormatError(
+        f"{path} is not a ctxbudget archive (no archive header); pass a new path to start one"
+    )
 
 
 def _is_header(record: Mapping[str, Any]) -> bool:
@@ -185,9 +219,44 @@ def _is_header(record: Mapping[str, Any]) -> bool:
     )
 
 
-def _check_path(path: Path) -> None:
-    if path.is_dir():
-        raise ArchiveError(f"archive {path} is a directory; pass a file path")
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _check_kind(path: Path, mode: int) -> None:
+    """Only a regular file is an archive: a device reads forever, a FIFO blocks."""
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    raise ArchiveError(f"archive {path} is {kind}; pass a regular file or a new path")
+
+
+def _open_regular(path: Path, flags: int) -> int:
+    """A descriptor of ``path`` opened without blocking (a FIFO would), checked to be a file."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:
+        raise ArchiveError(f"archive {path} does not exist; check the path") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ArchiveError(f"archive {path} is a symlink loop; fix the link") from None
+        if exc.errno == errno.ENXIO:  # a FIFO with no reader, opened for writing
+            raise ArchiveError(f"archive {path} is a named pipe; pass a regular file") from None
+        if exc.errno == errno.EISDIR:
+            raise ArchiveError(f"archive {path} is a directory; pass a file path") from None
+        raise ArchiveError(f"cannot open archive {path}: {exc.strerror or exc}") from None
+    try:
+        _check_kind(path, os.fstat(fd).st_mode)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def load_archive(path: str | os.PathLike[str]) -> ArchiveState:
@@ -197,12 +266,9 @@ def load_archive(path: str | os.PathLike[str]) -> ArchiveState:
     An empty file is an empty session. A file that is not an archive raises TraceFormatError.
     """
     where = Path(path)
-    _check_path(where)
     try:
-        with where.open("rb") as handle:
+        with os.fdopen(_open_regular(where, os.O_RDONLY), "rb") as handle:
             reader = _read(str(where), handle)
-    except FileNotFoundError:
-        raise ArchiveError(f"archive {where} does not exist; check the path") from None
     except OSError as exc:
         raise ArchiveError(f"cannot read archive {where}: {exc.strerror or exc}") from None
     return reader.state()
@@ -218,11 +284,9 @@ class Archive:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        _check_path(self.path)
-        try:
-            self._file: BinaryIO = self.path.open("ab")
-        except OSError as exc:
-            raise ArchiveError(f"cannot open archive {self.path}: {exc.strerror or exc}") from None
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        # Unbuffered: a failed write leaves nothing for close() to fail on a second time.
+        self._file: BinaryIO = os.fdopen(_open_regular(self.path, flags), "ab", buffering=0)
         try:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -256,13 +320,19 @@ class Archive:
             data = json.dumps(line, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ArchiveError(f"cannot archive a {line['type']} record: {exc}") from None
-        prefix = b"\n" if self._needs_newline else b""
+        payload = (b"\n" if self._needs_newline else b"") + data.encode("utf-8") + b"\n"
+        if len(payload) > MAX_RECORD_BYTES:
+            raise ArchiveError(
+                f"cannot archive a {line['type']} record of {len(payload):,} bytes in "
+                f"{self.path}: records are capped at {MAX_RECORD_BYTES // 2**20} MiB"
+            )
         try:
-            self._file.write(prefix + data.encode("utf-8") + b"\n")
-            self._file.flush()
+            _write_all(self._file, payload)
             os.fsync(self._file.fileno())
         except OSError as exc:
-            raise ArchiveError(f"cannot append to archive {self.path}: {exc.strerror}") from None
+            raise ArchiveError(
+                f"cannot append to archive {self.path}: {exc.strerror or exc}"
+            ) from None
         self._needs_newline = False
         self._seq += 1
         return seq
@@ -317,9 +387,13 @@ class Archive:
         return self._write({"type": "meta", "meta": dict(meta)})
 
     def close(self) -> None:
-        """Release the lock and close the file (idempotent)."""
-        if not self._file.closed:
+        """Release the lock and close the file (idempotent); a failure names the archive."""
+        if self._file.closed:
+            return
+        try:
             self._file.close()
+        except OSError as exc:
+            raise ArchiveError(f"cannot close archive {self.path}: {exc.strerror or exc}") from None
 
     def __enter__(self) -> Archive:
         return self
@@ -330,4 +404,8 @@ class Archive:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        try:
+            self.close()
+        except ArchiveError:
+            if exc is None:
+                raise  # otherwise the first error is the one to report
