@@ -106,13 +106,28 @@ def is_local_url(base_url: str) -> bool:
 
 
 def checked_url(base_url: object) -> str:
-    """The base URL without a trailing slash; anything but an http(s) URL is a ``ConfigError``."""
-    parts = urlsplit(base_url) if isinstance(base_url, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+    """The base URL without a trailing slash; anything but an http(s) URL is a ``ConfigError``.
+
+    The message never quotes a password or query the URL may hold.
+    """
+    example = "an http(s) URL such as http://localhost:11434/v1"
+    if not isinstance(base_url, str):
+        raise ConfigError(f"base_url must be {example}, got {type(base_url).__name__}")
+    try:
+        parts = urlsplit(base_url)
+        parts.port  # noqa: B018 -- raises for a port out of range or not a number
+    except ValueError as exc:
         raise ConfigError(
-            f"base_url must be an http(s) URL such as http://localhost:11434/v1, got {base_url!r}"
-        )
-    return str(base_url).rstrip("/")
+            f"base_url {_shown(base_url)} is not a valid URL ({exc}); pass {example}"
+        ) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"base_url must be {example}, got {_shown(base_url)}")
+    return base_url.rstrip("/")
+
+
+def _shown(url: str) -> str:
+    """The URL for a message, without ``user:password@``, query or fragment (works on bad URLs)."""
+    return repr(re.sub(r"//[^/?#]*@", "//", url).split("?")[0].split("#")[0])
 
 
 def public_url(base_url: str) -> str:
