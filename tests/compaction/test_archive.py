@@ -311,11 +311,12 @@ def test_an_archive_path_that_is_not_a_regular_file_is_one_line(
     tmp_path: Path, make: Callable[[Path], Path], expected: str
 ) -> None:
     path = make(tmp_path)
-    with pytest.raises(ArchiveError, match=expected):
-        Archive(path)
-    with pytest.raises(ArchiveError, match=expected):
-        load_archive(path)
-    if not path.is_dir():  # as a user meets it, bounded in time and memory (click checks dirs)
+    if path.is_dir() or path.is_symlink():  # safe to try in this process
+        with pytest.raises(ArchiveError, match=expected):
+            Archive(path)
+        with pytest.raises(ArchiveError, match=expected):
+            load_archive(path)
+    if not path.is_dir():  # as a user meets it, in a child bounded in time and memory
         done = demo(path)
         assert done.returncode == 2 and done.stdout == ""
         (line,) = done.stderr.splitlines()
