@@ -154,7 +154,7 @@ def test_a_huge_error_body_is_read_up_to_a_cap_then_classified() -> None:
 
     def throttled_then_fine(conn: socket.socket, n: int) -> None:
         if n == 0:
-            conn.sendall(headers(429, len(error) + 400 * MB) + error)
+            conn.sendall(headers(429, len(error) + 64 * MB) + error)
             endless(conn, b" " * 65536, server)
         else:
             conn.sendall(json_reply(bodies.OPENAI_CHAT))
@@ -179,3 +179,35 @@ def test_bad_limits_are_config_errors(setting: str, value: object) -> None:
             api_key_env=None,
             **{setting: value},  # type: ignore[arg-type]
         )
+
+
+def test_the_cli_flags_set_the_deadline(tmp_path: Path) -> None:
+    def trickle(conn: socket.socket, n: int) -> None:
+        conn.sendall(SSE_HEADERS)
+        while not server.stopped.is_set():
+            conn.sendall(b": keep-alive\n\n")
+            server.pause(0.2)
+
+    with RawServer(trickle) as server:
+        flags = ["--stream", "--request-timeout", "2", "--read-timeout", "30"]
+        child = run_bounded(chat_args(server, tmp_path / "a.jsonl", *flags), "hi\n", timeout=60)
+    assert child.code == 2
+    assert "no complete reply within 2 s, the request deadline" in one_line_error(child.stderr)
+    assert child.seconds < 15  # interpreter start included; the trickle alone never ends
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
+def test_silence_after_the_first_bytes_ends_at_the_deadline(stream: bool) -> None:
+    """The read timeout (600 s) would wait; the deadline's watchdog shuts the socket."""
+
+    def start_then_stall(conn: socket.socket, n: int) -> None:
+        conn.sendall(SSE_HEADERS + f"data: {json.dumps(CHUNK)}\n\n".encode() if stream
+                     else headers(200, 5000) + b'{"choices": [')  # fmt: skip
+        server.pause(60)
+
+    with RawServer(start_then_stall) as server:
+        start = time.monotonic()
+        with pytest.raises(ProviderError, match="request deadline"):
+            provider(server, request_timeout=1.0, stream=stream).complete(HELLO)
+        took = time.monotonic() - start
+    assert 0.9 < took < 3, took
