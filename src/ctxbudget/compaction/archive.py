@@ -28,6 +28,7 @@ from ctxbudget.compaction.records import (
 )
 from ctxbudget.compaction.strategies import CompactionResult
 from ctxbudget.errors import ArchiveError, CtxbudgetError, TraceFormatError
+from ctxbudget.messages.jsondepth import load_json
 from ctxbudget.messages.model import Message
 from ctxbudget.messages.usage import Usage
 
@@ -159,8 +160,8 @@ def _lines(path: str, handle: BinaryIO) -> Iterator[tuple[int, bytes, bool]]:
 
 def _parse(raw: bytes) -> object:
     try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        return load_json(raw.decode("utf-8"))  # depth-capped: records are walked recursively
+    except ValueError:  # bad UTF-8, not JSON, nested too deep
         return None
 
 

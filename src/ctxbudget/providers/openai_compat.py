@@ -201,7 +201,8 @@ class OpenAICompatibleProvider(Provider):
                 delay = backoff_delay(self.retry, attempt, retry_after=failure.retry_after)
                 if delay is None or slept + delay > self.retry.max_total_sleep:
                     raise self._give_up(failure, attempt, delay) from None
-                if delay >= (seconds_left() or 0.0):
+                left = seconds_left()
+                if left is not None and delay >= left:
                     raise self._deadline_error(failure.error) from None
                 log.warning(
                     "%s: %s; retry %d of %d in %.2f s",
