@@ -11,7 +11,6 @@ import fcntl
 import hashlib
 import json
 import os
-import stat
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO
 
+from ctxbudget.compaction.archive_file import open_regular
 from ctxbudget.compaction.records import (
     check_no_secrets,
     message_from_record,
@@ -220,46 +220,6 @@ def _is_header(record: Mapping[str, Any]) -> bool:
     )
 
 
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISFIFO, "a named pipe"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-def _check_kind(path: Path, mode: int) -> None:
-    """Only a regular file is an archive: a device reads forever, a FIFO blocks."""
-    if stat.S_ISREG(mode):
-        return
-    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-    raise ArchiveError(f"archive {path} is {kind}; pass a regular file or a new path")
-
-
-def _open_regular(path: Path, flags: int) -> int:
-    """A descriptor of ``path`` opened without blocking (a FIFO would), checked to be a file."""
-    try:
-        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-    except FileNotFoundError:
-        raise ArchiveError(f"archive {path} does not exist; check the path") from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ArchiveError(f"archive {path} is a symlink loop; fix the link") from None
-        if exc.errno == errno.ENXIO:  # a FIFO with no reader, opened for writing
-            raise ArchiveError(f"archive {path} is a named pipe; pass a regular file") from None
-        if exc.errno == errno.EISDIR:
-            raise ArchiveError(f"archive {path} is a directory; pass a file path") from None
-        raise ArchiveError(f"cannot open archive {path}: {exc.strerror or exc}") from None
-    try:
-        _check_kind(path, os.fstat(fd).st_mode)
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
 def load_archive(path: str | os.PathLike[str]) -> ArchiveState:
     """The session recorded in ``path``: full history, the model's view, usage, warnings.
 
@@ -268,7 +228,7 @@ def load_archive(path: str | os.PathLike[str]) -> ArchiveState:
     """
     where = Path(path)
     try:
-        with os.fdopen(_open_regular(where, os.O_RDONLY), "rb") as handle:
+        with os.fdopen(open_regular(where, os.O_RDONLY), "rb") as handle:
             reader = _read(str(where), handle)
     except OSError as exc:
         raise ArchiveError(f"cannot read archive {where}: {exc.strerror or exc}") from None
@@ -287,7 +247,7 @@ class Archive:
         self.path = Path(path)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
         # Unbuffered: a failed write leaves nothing for close() to fail on a second time.
-        self._file: BinaryIO = os.fdopen(_open_regular(self.path, flags), "ab", buffering=0)
+        self._file: BinaryIO = os.fdopen(open_regular(self.path, flags), "ab", buffering=0)
         try:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

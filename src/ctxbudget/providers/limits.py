@@ -5,6 +5,10 @@ Kept apart from the provider so the CLI can show them without importing the open
 
 from __future__ import annotations
 
+import math
+
+from ctxbudget.errors import ConfigError
+
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_MAX_REPLY_BYTES",
@@ -12,6 +16,9 @@ __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
     "MAX_CHARS_PER_TOKEN",
     "TEXT_MARGIN_CHARS",
+    "checked_bytes",
+    "checked_seconds",
+    "text_cap",
 ]
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -29,3 +36,24 @@ MAX_CHARS_PER_TOKEN = 32
 English averages about 4, and the longest tokens of cl100k/o200k are rare runs of spaces."""
 TEXT_MARGIN_CHARS = 16_384
 """Characters allowed past ``max_tokens * MAX_CHARS_PER_TOKEN`` (short replies vary most)."""
+
+
+def text_cap(max_tokens: int | None) -> int | None:
+    """The most reply characters ``max_tokens`` allows (None: no limit asked, no cap)."""
+    return None if max_tokens is None else max_tokens * MAX_CHARS_PER_TOKEN + TEXT_MARGIN_CHARS
+
+
+def checked_seconds(value: object, name: str) -> float:
+    """A timeout setting: a positive, finite number of seconds, else a ``ConfigError``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{name} must be a positive, finite number of seconds, got {value!r}")
+    return float(value)
+
+
+def checked_bytes(value: object, name: str) -> int:
+    """A size cap: an integer of at least 1024 bytes, else a ``ConfigError``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
+        raise ConfigError(f"{name} must be a number of bytes of at least 1024, got {value!r}")
+    return value

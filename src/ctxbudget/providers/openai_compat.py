@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -45,8 +44,9 @@ from ctxbudget.providers.limits import (
     DEFAULT_MAX_REPLY_BYTES,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
-    MAX_CHARS_PER_TOKEN,
-    TEXT_MARGIN_CHARS,
+    checked_bytes,
+    checked_seconds,
+    text_cap,
 )
 from ctxbudget.providers.openai_replies import (
     cause,
@@ -158,10 +158,10 @@ class OpenAICompatibleProvider(Provider):
         self._sleep = sleep
         key = api_key_from_env(api_key_env, self.base_url)
         self._secrets = tuple(s for s in (key, *url_secrets(base_url)) if s and s != NO_API_KEY)
-        self._connect_timeout = _seconds(connect_timeout, "connect_timeout")
-        self._read_timeout = _seconds(read_timeout, "read_timeout")
-        self._request_timeout = _seconds(request_timeout, "request_timeout")
-        self._max_reply_bytes = _byte_count(max_reply_bytes, "max_reply_bytes")
+        self._connect_timeout = checked_seconds(connect_timeout, "connect_timeout")
+        self._read_timeout = checked_seconds(read_timeout, "read_timeout")
+        self._request_timeout = checked_seconds(request_timeout, "request_timeout")
+        self._max_reply_bytes = checked_bytes(max_reply_bytes, "max_reply_bytes")
         self._client = openai.OpenAI(
             api_key=key,
             base_url=base_url,
@@ -298,10 +298,8 @@ class OpenAICompatibleProvider(Provider):
 
     def _check_text_size(self, chars: int, max_tokens: int | None) -> None:
         """A reply longer than ``max_tokens`` can hold is a server ignoring it: stop reading."""
-        if max_tokens is None:
-            return
-        cap = max_tokens * MAX_CHARS_PER_TOKEN + TEXT_MARGIN_CHARS
-        if chars > cap:
+        cap = text_cap(max_tokens)
+        if cap is not None and chars > cap:
             raise self._error(
                 f"the reply passed {cap:,} characters, more than max_tokens={max_tokens:,} "
                 "allows; stopped reading (the server ignores max_tokens?)"
@@ -486,17 +484,3 @@ def _text_chars(message: Message) -> int:
 def _after_host(text: str) -> str:
     """A provider error without its "NAME server at URL: " prefix."""
     return text.split(": ", 1)[1] if ": " in text else text
-
-
-def _byte_count(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
-        raise ConfigError(f"{name} must be a number of bytes of at least 1024, got {value!r}")
-    return value
-
-
-def _seconds(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigError(f"{name} must be a positive, finite number of seconds, got {value!r}")
-    return float(value)
