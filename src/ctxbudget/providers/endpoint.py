@@ -54,7 +54,7 @@ _BEARER = re.compile(r"(bearer\s+)\S+", re.IGNORECASE)
 _SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}")
 # A tail of streamed text that may be the start of an ``sk-`` key or a ``Bearer`` token.
 _OPEN_TAIL = re.compile(
-    r"\b(?:s|sk|sk-[A-Za-z0-9_\-]*|b(?:e(?:a(?:r(?:er?)?)?)?)?|bearer\s*\S*)\Z", re.IGNORECASE
+    r"(?:\b(?:s|sk|sk-[A-Za-z0-9_\-]*)|b(?:e(?:a(?:r(?:er?)?)?)?)?|bearer\s*\S*)\Z", re.IGNORECASE
 )
 
 
@@ -212,7 +212,12 @@ class StreamRedactor:
         if not text:
             return ""
         held = self._held + text
-        cut = min(self._open_secret(held), self._open_pattern(held))
+        cut = len(held)
+        while True:  # until the text before the cut ends with nothing that could be a secret
+            earlier = min(self._open_secret(held[:cut]), self._open_pattern(held[:cut]))
+            if earlier == cut:
+                break
+            cut = earlier
         self._held = held[cut:]
         return redact(held[:cut], self.secrets)
 
