@@ -83,7 +83,7 @@ def test_redact(text: str, secrets: tuple[str, ...], expected: str) -> None:
 CUSTOM = "corp-ZQ7Y9X1W5V3U"
 WORDS = st.sampled_from(
     ["key", " ", "\n", "sk-", "sk-test-SECRET-1234567890", "Bearer ", "bearer", CUSTOM, "s", "k",
-     "-", "corp-", "x1", "是", "b", "e"]
+     "-", "corp-", "x1", "是", "b", "e", "sk-abcdefghij", "Authorization: Bearer tok123"]
 )  # fmt: skip
 
 
@@ -99,7 +99,7 @@ def test_streamed_redaction_never_shows_more_than_redacting_the_whole(
     redactor = StreamRedactor((CUSTOM,))
     shown = "".join(redactor.feed(piece) for piece in pieces) + redactor.flush()
     whole = redact(text, (CUSTOM,))
-    for secret in ("SECRET-1234567890", CUSTOM):
+    for secret in ("SECRET-1234567890", CUSTOM, "abcdefghij", "tok123"):
         assert shown.count(secret) <= whole.count(secret), (pieces, shown)
     one = StreamRedactor((CUSTOM,))
     assert one.feed(text) + one.flush() == whole

@@ -53,9 +53,13 @@ _PORTS = {11434: "ollama", 8000: "vllm", 8080: "llamacpp", 1234: "lmstudio"}
 _BEARER = re.compile(r"(bearer\s+)\S+", re.IGNORECASE)
 _SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}")
 # A tail of streamed text that may be the start of an ``sk-`` key or a ``Bearer`` token.
+# A tail of streamed text that may be the start of an ``sk-`` key or a ``Bearer`` token.
 _OPEN_TAIL = re.compile(
     r"(?:\b(?:s|sk|sk-[A-Za-z0-9_\-]*)|b(?:e(?:a(?:r(?:er?)?)?)?)?|bearer\s*\S*)\Z", re.IGNORECASE
 )
+_TAIL_WINDOW = 256
+"""Characters searched for an open key at the cut: no key or token we redact is longer."""
+_MAX_CUTS = 8
 
 
 def provider_name_for(base_url: str) -> str:
@@ -201,7 +205,8 @@ class StreamRedactor:
     """`redact` over text that arrives in pieces: a key split across two deltas is still caught.
 
     ``feed`` returns what is safe to show now and holds back a tail that could be the start of
-    a secret; ``flush`` returns the rest at the end of the stream.
+    a secret; ``flush`` returns the rest at the end of the stream. Secrets are replaced first,
+    as `redact` does, so the patterns see the same text as on the whole reply.
     """
 
     def __init__(self, secrets: tuple[str, ...] = ()) -> None:
@@ -212,9 +217,11 @@ class StreamRedactor:
         if not text:
             return ""
         held = self._held + text
+        for secret in self.secrets:
+            held = held.replace(secret, "[redacted]")
         cut = len(held)
-        while True:  # until the text before the cut ends with nothing that could be a secret
-            earlier = min(self._open_secret(held[:cut]), self._open_pattern(held[:cut]))
+        for _ in range(_MAX_CUTS):  # the text before the cut must end in no open secret
+            earlier = min(self._open_secret(held, cut), self._open_pattern(held, cut))
             if earlier == cut:
                 break
             cut = earlier
@@ -225,17 +232,17 @@ class StreamRedactor:
         held, self._held = self._held, ""
         return redact(held, self.secrets)
 
-    def _open_secret(self, text: str) -> int:
-        """Where a proper prefix of a secret starts at the end of ``text`` (or ``len(text)``)."""
-        cut = len(text)
+    def _open_secret(self, text: str, end: int) -> int:
+        """Where a proper prefix of a secret starts, ending at ``end`` (else ``end``)."""
+        cut = end
         for secret in self.secrets:
-            for size in range(min(len(secret) - 1, len(text)), 0, -1):
-                if secret.startswith(text[-size:]):
-                    cut = min(cut, len(text) - size)
+            for size in range(min(len(secret) - 1, end), 0, -1):
+                if secret.startswith(text[end - size : end]):
+                    cut = min(cut, end - size)
                     break
         return cut
 
     @staticmethod
-    def _open_pattern(text: str) -> int:
-        match = _OPEN_TAIL.search(text[-256:])
-        return len(text) if match is None else len(text) - (len(match.group()))
+    def _open_pattern(text: str, end: int) -> int:
+        match = _OPEN_TAIL.search(text, max(0, end - _TAIL_WINDOW), end)
+        return end if match is None else match.start()
