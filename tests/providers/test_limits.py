@@ -20,6 +20,7 @@ from ctxbudget.providers.retry import RetryPolicy
 from ctxbudget.providers.streaming import ReplyLimitError, sse_events
 
 from . import bodies
+from .fakeserver import FakeServer, Reply
 from .hostile import SSE_HEADERS, RawServer, endless, headers, json_reply, run_bounded
 
 HELLO = Request(messages=(Message(role="user", content="hi"),), max_output_tokens=64)
@@ -211,3 +212,12 @@ def test_silence_after_the_first_bytes_ends_at_the_deadline(stream: bool) -> Non
             provider(server, request_timeout=1.0, stream=stream).complete(HELLO)
         took = time.monotonic() - start
     assert 0.9 < took < 3, took
+
+
+def test_bodies_are_asked_for_uncompressed() -> None:
+    """The byte cap counts what is read; a gzip bomb would decode past it."""
+    with FakeServer(Reply(body=bodies.OPENAI_CHAT)) as server:
+        OpenAICompatibleProvider(base_url=server.base_url, model="m", api_key_env=None).complete(
+            HELLO
+        )
+    assert server.requests[0].headers["Accept-Encoding"] == "identity"

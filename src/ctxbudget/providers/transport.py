@@ -117,7 +117,8 @@ def _capped_stream_type(base: Any) -> Any:
                             yield piece[: len(piece) - (seen - self._limit)]
                             return
                         raise ReplyLimitError(
-                            f"reply larger than the {self._limit:,}-byte cap; stopped reading"
+                            f"reply larger than the {self._limit:,}-byte cap; stopped reading "
+                            "(raise max_reply_bytes, --max-reply-bytes, if it is real)"
                         )
                     yield piece
             except ReplyLimitError:
