@@ -142,3 +142,82 @@ def test_a_real_process_prints_no_traceback(tmp_path: Path) -> None:
         assert proc.returncode == 2, (args, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def symlink_loop(tmp: Path) -> str:
+    (tmp / "a.txt").symlink_to(tmp / "b.txt")
+    (tmp / "b.txt").symlink_to(tmp / "a.txt")
+    return str(tmp / "a.txt")
+
+
+def utf16(tmp: Path, encoding: str) -> str:
+    path = tmp / f"{encoding}.txt"
+    path.write_bytes('{"messages": [{"role": "user", "content": "hi"}]}\n'.encode(encoding))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "named"),
+    [("utf-16", "UTF-16"), ("utf-16-le", "UTF-16LE"), ("utf-16-be", "UTF-16BE")],
+)
+@pytest.mark.parametrize("command", ["count", "estimators", "request"])
+def test_utf16_text_is_named_with_how_to_convert(
+    command: str, encoding: str, named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = utf16(tmp_path, encoding)
+    code, err = run_main([command, source], capsys)
+    assert_one_line_error(code, err)
+    assert f"{source}: {named} text, not UTF-8" in err
+    assert f"iconv -f {named} -t UTF-8 {source}" in err
+    converted = tmp_path / "converted.txt"
+    iconv = subprocess.run(["iconv", "-f", named, "-t", "UTF-8", source], capture_output=True)
+    converted.write_bytes(iconv.stdout)
+    assert iconv.returncode == 0 and converted.read_text(encoding="utf-8").startswith('{"mess')
+
+
+def test_zeros_are_binary_not_utf16(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "zeros.bin"
+    path.write_bytes(bytes(4096))
+    code, err = run_main(["count", str(path)], capsys)
+    assert_one_line_error(code, err)
+    assert "binary data (NUL byte at offset 0)" in err
+
+
+@pytest.mark.parametrize("command", ["count", "estimators", "request"])
+def test_a_symlink_loop_is_named(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = run_main([command, symlink_loop(tmp_path)], capsys)
+    assert_one_line_error(code, err)
+    assert "a.txt: a symlink loop; fix the link" in err
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://127.0.0.1:99999/v1", "Port out of range 0-65535"),
+        ("http://[::1", "Invalid IPv6 URL"),
+        ("http://user:hunter2-pass@[::1]:70000/v1", "Port out of range"),
+        ("ftp://user:hunter2-pass@example.com/v1?key=hunter2-query", "must be an http(s) URL"),
+        ("http://127.0.0.1:port/v1", "Port could not be cast"),
+    ],
+)
+def test_a_bad_base_url_is_one_line_without_its_secrets(
+    url: str, problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    archive = tmp_path / "a.jsonl"
+    args = [
+        "chat",
+        "--base-url",
+        url,
+        "--model",
+        "m",
+        "--window",
+        "8192",
+        "--archive",
+        str(archive),
+    ]
+    code, err = run_main(args, capsys)
+    assert_one_line_error(code, err)
+    assert problem in err and "hunter2" not in err
+    assert not archive.exists(), "nothing started"

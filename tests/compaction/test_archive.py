@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import signal
 import subprocess
 import sys
 import textwrap
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.compaction.fakes import FakeCounter, ScriptedSummarizer, coding_session
 
-from ctxbudget.compaction.archive import Archive, load_archive
+from ctxbudget.compaction.archive import MAX_RECORD_BYTES, Archive, load_archive
 from ctxbudget.compaction.records import message_from_record, message_to_record
 from ctxbudget.compaction.strategies import compact
 from ctxbudget.errors import ArchiveError, ConfigError, MessageFormatError, TraceFormatError
@@ -256,3 +260,126 @@ def test_secrets_have_no_place_in_records(tmp_path: Path) -> None:
                 Message(role="user", content="x", meta={"Authorization": f"Bearer {key}"})
             )
     assert key not in path.read_text()
+
+
+# -- what an archive path may be, and what a file must hold --------------------------------
+
+
+def demo(archive: Path, *extra: str, fsize: int | None = None) -> subprocess.CompletedProcess[str]:
+    """``ctxbudget demo`` on ``archive`` in a child: 512 MB address space, 60 s, and at most
+    ``fsize`` bytes per written file (RLIMIT_FSIZE: a disk that fills up)."""
+
+    def limits() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (512 * 2**20, 512 * 2**20))
+        if fsize is not None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    return subprocess.run(
+        [sys.executable, "-m", "ctxbudget.cli.main", "demo", "--archive", str(archive),
+         "--turns", "2", "--json", *extra],
+        capture_output=True, text=True, timeout=60, preexec_fn=limits,
+        env={**os.environ, "PYTHONPATH": src},
+    )  # fmt: skip
+
+
+def fifo(tmp: Path) -> Path:
+    path = tmp / "pipe"
+    os.mkfifo(path)
+    return path
+
+
+def symlink_loop(tmp: Path) -> Path:
+    (tmp / "a").symlink_to(tmp / "b")
+    (tmp / "b").symlink_to(tmp / "a")
+    return tmp / "a"
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda tmp: Path("/dev/full"), "is a character device; pass a regular file or a new path"),
+        (lambda tmp: Path("/dev/zero"), "is a character device"),
+        (fifo, "is a named pipe"),
+        (symlink_loop, "is a symlink loop; fix the link"),
+        (lambda tmp: tmp, "is a directory"),
+    ],
+    ids=["dev-full", "dev-zero", "fifo", "symlink-loop", "directory"],
+)
+def test_an_archive_path_that_is_not_a_regular_file_is_one_line(
+    tmp_path: Path, make: Callable[[Path], Path], expected: str
+) -> None:
+    path = make(tmp_path)
+    if path.is_dir() or path.is_symlink():  # safe to try in this process
+        with pytest.raises(ArchiveError, match=expected):
+            Archive(path)
+        with pytest.raises(ArchiveError, match=expected):
+            load_archive(path)
+    if not path.is_dir():  # as a user meets it, in a child bounded in time and memory
+        done = demo(path)
+        assert done.returncode == 2 and done.stdout == ""
+        (line,) = done.stderr.splitlines()
+        assert line.startswith(f"ctxbudget: archive {path} ") and expected in line
+
+
+@pytest.mark.parametrize(
+    "text", ["\nMy notes\n", "\n\n   \n", '   \t\n{"type":"message","seq":0}\n', "notes"]
+)
+def test_a_file_with_content_but_no_header_is_never_appended_to(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(TraceFormatError, match="is not a ctxbudget archive"):
+        Archive(path)
+    assert path.read_text(encoding="utf-8") == text, "not one byte appended"
+
+
+def test_a_line_over_the_cap_is_an_error_found_without_reading_it_whole(tmp_path: Path) -> None:
+    path = tmp_path / "a.jsonl"
+    Archive(path).close()
+    with path.open("ab") as f:
+        for _ in range(MAX_RECORD_BYTES // 2**20 + 8):  # 72 MiB without a newline
+            f.write(b"x" * 2**20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(TraceFormatError, match="line 2 is longer than 64 MiB"):
+            load_archive(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * MAX_RECORD_BYTES + 16 * 2**20, peak  # the line, and its copy as bytes
+
+
+def test_a_record_over_the_cap_is_refused_and_the_archive_stays_usable(tmp_path: Path) -> None:
+    with Archive(tmp_path / "a.jsonl") as archive:
+        with pytest.raises(ArchiveError, match="records are capped at 64 MiB"):
+            archive.append_message(Message(role="tool", content="x" * MAX_RECORD_BYTES))
+        archive.append_message(Message(role="user", content="still fine"))
+    assert [m.text for m in load_archive(tmp_path / "a.jsonl").history] == ["still fine"]
+
+
+def test_a_full_disk_keeps_the_archive_name_in_the_message(tmp_path: Path) -> None:
+    path = tmp_path / "session.jsonl"
+    done = demo(path, fsize=2000)  # the header fits; a later record does not
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line == f"ctxbudget: cannot append to archive {path}: File too large"
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("seed", "zzz"), ("window", 10**30), ("window", 0), ("scenario", 5), ("window", True)],
+)
+def test_a_damaged_stored_setting_is_one_line(tmp_path: Path, key: str, value: object) -> None:
+    path = tmp_path / "a.jsonl"
+    assert demo(path).returncode == 0
+    lines = path.read_text(encoding="utf-8").splitlines()
+    (index,) = [i for i, line in enumerate(lines) if '"session"' in line]
+    record = json.loads(lines[index])
+    record["meta"]["session"][key] = value
+    lines[index] = json.dumps(record)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    done = demo(path, "--turns", "3")
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert f"stored setting {key}={value!r}"[:60] in line and "is not valid" in line

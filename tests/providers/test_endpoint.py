@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ctxbudget.errors import ConfigError
 from ctxbudget.providers.endpoint import (
     NO_API_KEY,
+    StreamRedactor,
     api_key_from_env,
     checked_url,
     is_local_url,
@@ -75,3 +78,28 @@ def test_checked_url_strips_the_trailing_slash() -> None:
 )
 def test_redact(text: str, secrets: tuple[str, ...], expected: str) -> None:
     assert redact(text, secrets) == expected
+
+
+CUSTOM = "corp-ZQ7Y9X1W5V3U"
+WORDS = st.sampled_from(
+    ["key", " ", "\n", "sk-", "sk-test-SECRET-1234567890", "Bearer ", "bearer", CUSTOM, "s", "k",
+     "-", "corp-", "x1", "是", "b", "e", "sk-abcdefghij", "Authorization: Bearer tok123"]
+)  # fmt: skip
+
+
+@given(st.lists(WORDS, max_size=30), st.lists(st.integers(0, 400), max_size=8))
+def test_streamed_redaction_never_shows_more_than_redacting_the_whole(
+    words: list[str], cuts: list[int]
+) -> None:
+    """However a reply is cut into deltas, no key shows that ``redact`` of the whole hides; in
+    one piece the result is exactly ``redact``'s."""
+    text = "".join(words)
+    bounds = sorted({min(c, len(text)) for c in cuts})
+    pieces = [text[a:b] for a, b in zip([0, *bounds], [*bounds, len(text)], strict=True)]
+    redactor = StreamRedactor((CUSTOM,))
+    shown = "".join(redactor.feed(piece) for piece in pieces) + redactor.flush()
+    whole = redact(text, (CUSTOM,))
+    for secret in ("SECRET-1234567890", CUSTOM, "abcdefghij", "tok123"):
+        assert shown.count(secret) <= whole.count(secret), (pieces, shown)
+    one = StreamRedactor((CUSTOM,))
+    assert one.feed(text) + one.flush() == whole

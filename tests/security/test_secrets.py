@@ -208,3 +208,50 @@ def test_a_custom_key_variable(
         "archive": archive.read_text(encoding="utf-8"),
     }.items():
         assert_clean(name, text)
+
+
+CUSTOM_SECRET = "corp-token-ZQ7Y9X1W5V3U"  # not an sk- key: only the variable says it is one
+
+
+def echoing(key: str, stream: bool) -> Reply:
+    """A successful reply that quotes the key, in content split mid-key when streamed."""
+    text = f"Sure. Your key is {key} and the header was 'Authorization: Bearer {key}'."
+    if not stream:
+        choice = {**bodies.OPENAI_CHAT["choices"][0]}
+        choice["message"] = {**choice["message"], "content": text}
+        return Reply(body={**bodies.OPENAI_CHAT, "choices": [choice]})
+    first, last = bodies.OPENAI_STREAM[0], bodies.OPENAI_STREAM[-2:]
+    pieces = [text[i : i + 7] for i in range(0, len(text), 7)]  # every key crosses a cut
+    chunks = [
+        {**first, "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]}
+        for p in pieces
+    ]
+    return Reply(chunks=(first, *chunks, *last))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize("key_env", [None, CUSTOM_ENV], ids=["sk-key", "custom-env-key"])
+@pytest.mark.parametrize("as_json", [False, True], ids=["terminal", "json"])
+def test_a_key_echoed_in_a_successful_reply_is_redacted(
+    stream: bool,
+    key_env: str | None,
+    as_json: bool,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    key = SECRET if key_env is None else CUSTOM_SECRET
+    monkeypatch.setenv(key_env or "OPENAI_API_KEY", key)
+    archive = tmp_path / "a.jsonl"
+    mode = [*(["--json"] if as_json else []), *(["--stream"] if stream else [])]
+    with FakeServer(echoing(key, stream)) as server:
+        run = chat(server, archive, mode, "hi\n", capsys, monkeypatch, key_env=key_env)
+    assert run.code == 0, run.everything
+    stored = archive.read_text(encoding="utf-8")
+    assert "Your key is [redacted] and" in stored or "Your key is sk-[redacted] and" in stored
+    if not as_json:
+        shown = " ".join(run.stdout.split())
+        assert "Your key is" in shown and "Bearer [redacted]" in shown, shown
+    for name, text in {"stdout": run.stdout, "stderr": run.stderr, "archive": stored}.items():
+        assert key not in text, name
+        assert key[-8:] not in text, f"{name} shows the end of the key"

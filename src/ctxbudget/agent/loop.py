@@ -231,8 +231,11 @@ class Agent:
             if call.id in answered:
                 answered.remove(call.id)
                 continue
+            problem = call.argument_problem()
             if self.tool_executor is None:
                 output = f"error: no tool executor for {call.name!r}"
+            elif problem is not None:  # a model's malformed call is answered, not run
+                output = f"error: {problem}"
             else:
                 output = self.tool_executor(call)
             self._emit("tool", name=call.name, id=call.id, chars=len(output))

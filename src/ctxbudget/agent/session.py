@@ -50,6 +50,7 @@ def open_archive(
                 warn(warning)
         stored = state.meta.get("session")
         if isinstance(stored, Mapping):
+            _check_stored(where, stored, settings, state.meta.get("window"))
             chosen: Mapping[str, Any] = {**settings, **stored}
         else:
             chosen = dict(settings)
@@ -59,3 +60,36 @@ def open_archive(
         )
     finally:
         archive.close()
+
+
+MAX_STORED_WINDOW = 100_000_000
+"""100M tokens: ten times the largest window on offer (Llama 4 Scout's 10M)."""
+
+
+def _check_stored(
+    path: Path, stored: Mapping[str, Any], given: Mapping[str, Any], adopted: object
+) -> None:
+    """Stored settings win over given ones, so each must be what the command would accept:
+    the same type as the given value, and a window a plausible number of tokens."""
+    for key, value in stored.items():
+        default = given.get(key)
+        if key == "window":
+            ok = value is None or _plausible_window(value)
+        else:
+            ok = default is None or type(value) is type(default)
+        if not ok:
+            raise ArchiveError(_bad_setting(path, key, value))
+    if adopted is not None and not _plausible_window(adopted):
+        raise ArchiveError(_bad_setting(path, "window", adopted))
+
+
+def _plausible_window(value: object) -> bool:
+    return type(value) is int and 0 < value <= MAX_STORED_WINDOW
+
+
+def _bad_setting(path: Path, key: str, value: object) -> str:
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    return (
+        f"archive {path}: stored setting {key}={shown} is not valid (the file was edited or "
+        "damaged); fix that line or pass another --archive"
+    )

@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -23,6 +24,12 @@ from ctxbudget.agent.session import open_archive
 from ctxbudget.budget.rules import POLICY_NAMES
 from ctxbudget.cli.demo import BudgetView, default_archive_path, print_summary
 from ctxbudget.compaction.strategies import STRATEGY_NAMES
+from ctxbudget.providers.limits import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_REPLY_BYTES,
+    DEFAULT_READ_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT,
+)
 
 __all__ = ["chat_command"]
 
@@ -129,6 +136,34 @@ def _debug_log(secrets: tuple[str, ...]) -> Iterator[None]:
     default=None,
     help="Session file (JSONL). Default: a new file in the cache.",
 )
+@click.option(
+    "--connect-timeout",
+    type=float,
+    default=DEFAULT_CONNECT_TIMEOUT,
+    show_default=True,
+    help="Seconds to connect to the server.",
+)
+@click.option(
+    "--read-timeout",
+    type=float,
+    default=DEFAULT_READ_TIMEOUT,
+    show_default=True,
+    help="Seconds of silence allowed: before the first byte of a reply, or between two.",
+)
+@click.option(
+    "--request-timeout",
+    type=float,
+    default=DEFAULT_REQUEST_TIMEOUT,
+    show_default=True,
+    help="Seconds for a whole model call, retries included.",
+)
+@click.option(
+    "--max-reply-bytes",
+    type=int,
+    default=DEFAULT_MAX_REPLY_BYTES,
+    show_default=True,
+    help="Largest reply body read from the server.",
+)
 def chat_command(
     base_url: str,
     model: str,
@@ -143,6 +178,10 @@ def chat_command(
     max_output: int | None,
     system: str,
     archive: Path | None,
+    connect_timeout: float,
+    read_timeout: float,
+    request_timeout: float,
+    max_reply_bytes: int,
 ) -> None:
     """Chat with a model on an OpenAI-compatible server, kept inside its window.
 
@@ -154,10 +193,16 @@ def chat_command(
       ctxbudget chat --base-url URL --model my-model.gguf --tokenizer hf:./Qwen2.5-7B-Instruct
     """
     secrets = (os.environ.get(api_key_env, "").strip(),)
+    limits = {
+        "connect_timeout": connect_timeout,
+        "read_timeout": read_timeout,
+        "request_timeout": request_timeout,
+        "max_reply_bytes": max_reply_bytes,
+    }
     with _debug_log(secrets) if verbose else contextlib.nullcontext():
         _chat(
             base_url, model, window, tokenizer, api_key_env, as_json, stream, policy, strategy,
-            max_output, system, archive,
+            max_output, system, archive, limits,
         )  # fmt: skip
 
 
@@ -174,6 +219,7 @@ def _chat(
     max_output: int | None,
     system: str,
     archive: Path | None,
+    limits: dict[str, Any],
 ) -> None:
     from ctxbudget.counting import RequestCounter
     from ctxbudget.counting.select import counter_name_for_model
@@ -192,6 +238,7 @@ def _chat(
         stream=stream,
         on_delta=printer.delta if shows_stream else None,
         on_restart=printer.restart if shows_stream else None,
+        **limits,
     )
     console = Console(stderr=as_json, quiet=as_json, highlight=False)
     view = BudgetView(console)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import errno
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,14 +48,33 @@ def _open(source: str) -> tuple[BinaryIO, bool]:
     if source == "-":
         return sys.stdin.buffer, False
     path = Path(source)
-    if not path.exists():
-        raise InputError(f"{source}: no such file")
+    try:
+        path.stat()
+    except FileNotFoundError:
+        raise InputError(f"{source}: no such file") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(f"{source}: a symlink loop; fix the link") from None
+        raise InputError(f"{source}: cannot read: {exc.strerror or exc}") from None
     if path.is_dir():
         raise InputError(f"{source}: is a directory; pass a file (or - for stdin)")
     try:
         return path.open("rb"), True
     except PermissionError:
         raise InputError(f"{source}: permission denied") from None
+
+
+def _utf16(head: bytes) -> str | None:
+    """The iconv name of a UTF-16 text's encoding: "UTF-16" with a byte order mark, else
+    "UTF-16LE"/"UTF-16BE" for ASCII text with a NUL as every other byte (and no other NUL)."""
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "UTF-16"
+    pairs = head[: len(head) - len(head) % 2]
+    half = len(pairs) // 2
+    if half < 2:
+        return None
+    zeros = (pairs[0::2].count(0), pairs[1::2].count(0))
+    return {(0, half): "UTF-16LE", (half, 0): "UTF-16BE"}.get(zeros)
 
 
 def iter_text(source: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[TextChunk]:
@@ -72,6 +92,12 @@ def iter_text(source: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[TextChunk
         while True:
             raw = stream.read(chunk_bytes)
             final = not raw
+            encoding = _utf16(raw[:4096]) if offset == 0 else None
+            if encoding is not None:
+                raise InputError(
+                    f"{source}: {encoding} text, not UTF-8; convert it first, e.g. "
+                    f"iconv -f {encoding} -t UTF-8 {source} > converted.txt"
+                )
             if b"\x00" in raw:
                 at = offset + raw.index(b"\x00")
                 raise InputError(

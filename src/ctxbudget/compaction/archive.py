@@ -6,6 +6,7 @@ exclusive lock, so two processes never interleave lines. ``load_archive`` rebuil
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -17,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO
 
+from ctxbudget.compaction.archive_file import open_regular
 from ctxbudget.compaction.records import (
     check_no_secrets,
     message_from_record,
@@ -26,6 +28,7 @@ from ctxbudget.compaction.records import (
 )
 from ctxbudget.compaction.strategies import CompactionResult
 from ctxbudget.errors import ArchiveError, CtxbudgetError, TraceFormatError
+from ctxbudget.messages.jsondepth import load_json
 from ctxbudget.messages.model import Message
 from ctxbudget.messages.usage import Usage
 
@@ -34,6 +37,9 @@ __all__ = ["ARCHIVE_FORMAT", "Archive", "ArchiveState", "load_archive"]
 ARCHIVE_FORMAT = "ctxbudget-archive"
 ARCHIVE_VERSION = 1
 _HEADER_PREFIX = b'{"type":"meta"'
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+"""The longest record written or read: a reply is capped at 32 MiB (providers/limits.py), so a
+longer line is not one of ours and is never read whole."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,32 +143,43 @@ def _list(record: Mapping[str, Any]) -> list[Any]:
     return view
 
 
-def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes, bool]]:
-    """(line number, bytes without newline, complete) for each line; streams."""
-    for number, raw in enumerate(handle, start=1):
+def _lines(path: str, handle: BinaryIO) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, bytes without newline, complete) for each line; streams; a line longer
+    than ``MAX_RECORD_BYTES`` is an error, found without reading it whole."""
+    number = 0
+    while raw := handle.readline(MAX_RECORD_BYTES + 1):
+        number += 1
         complete = raw.endswith(b"\n")
+        if len(raw) > MAX_RECORD_BYTES:
+            raise TraceFormatError(
+                f"{path} line {number} is longer than {MAX_RECORD_BYTES // 2**20} MiB: "
+                "not a ctxbudget archive record"
+            )
         yield number, raw.rstrip(b"\r\n") if complete else raw, complete
 
 
 def _parse(raw: bytes) -> object:
     try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        return load_json(raw.decode("utf-8"))  # depth-capped: records are walked recursively
+    except ValueError:  # bad UTF-8, not JSON, nested too deep
         return None
 
 
 def _read(path: str, handle: BinaryIO) -> _Reader:
     reader = _Reader(path)
-    for number, raw, complete in _lines(handle):
+    headed = False
+    for number, raw, complete in _lines(path, handle):
         where = f"{path} line {number}"
         if not raw.strip():
             continue
         record = _parse(raw)
-        if number == 1 and not (isinstance(record, Mapping) and _is_header(record)):
-            if raw.startswith(_HEADER_PREFIX) or _HEADER_PREFIX.startswith(raw):
-                reader.warnings.append(f"{where}: torn header record (writer killed); skipped")
-                continue
-            raise TraceFormatError(f"{path} is not a ctxbudget archive (no archive header)")
+        if not headed:  # the first line with content must be the header
+            headed = True
+            if not (isinstance(record, Mapping) and _is_header(record)):
+                if raw.startswith(_HEADER_PREFIX) or _HEADER_PREFIX.startswith(raw):
+                    reader.warnings.append(f"{where}: torn header record (writer killed); skipped")
+                    continue
+                raise _not_an_archive(path)
         if not isinstance(record, Mapping):
             state = "torn last record" if not complete else "unreadable record (torn write?)"
             reader.warnings.append(f"{where}: {state}, {len(raw)} bytes; skipped")
@@ -173,7 +190,25 @@ def _read(path: str, handle: BinaryIO) -> _Reader:
             raise
         except CtxbudgetError as exc:
             raise TraceFormatError(f"{where}: {exc}") from exc
+    if not headed and handle.tell() > 0:  # blank lines only: not written by us
+        raise _not_an_archive(path)
     return reader
+
+
+def _write_all(file: BinaryIO, data: bytes) -> None:
+    """Write every byte: an unbuffered write may take only part (a disk filling up)."""
+    view = memoryview(data)
+    while view:
+        written = file.write(view)
+        if not written:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[written:]
+
+
+def _not_an_archive(path: str) -> TraceFormatError:
+    return TraceFormatError(
+        f"{path} is not a ctxbudget archive (no archive header); pass a new path to start one"
+    )
 
 
 def _is_header(record: Mapping[str, Any]) -> bool:
@@ -185,11 +220,6 @@ def _is_header(record: Mapping[str, Any]) -> bool:
     )
 
 
-def _check_path(path: Path) -> None:
-    if path.is_dir():
-        raise ArchiveError(f"archive {path} is a directory; pass a file path")
-
-
 def load_archive(path: str | os.PathLike[str]) -> ArchiveState:
     """The session recorded in ``path``: full history, the model's view, usage, warnings.
 
@@ -197,12 +227,9 @@ def load_archive(path: str | os.PathLike[str]) -> ArchiveState:
     An empty file is an empty session. A file that is not an archive raises TraceFormatError.
     """
     where = Path(path)
-    _check_path(where)
     try:
-        with where.open("rb") as handle:
+        with os.fdopen(open_regular(where, os.O_RDONLY), "rb") as handle:
             reader = _read(str(where), handle)
-    except FileNotFoundError:
-        raise ArchiveError(f"archive {where} does not exist; check the path") from None
     except OSError as exc:
         raise ArchiveError(f"cannot read archive {where}: {exc.strerror or exc}") from None
     return reader.state()
@@ -218,11 +245,9 @@ class Archive:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        _check_path(self.path)
-        try:
-            self._file: BinaryIO = self.path.open("ab")
-        except OSError as exc:
-            raise ArchiveError(f"cannot open archive {self.path}: {exc.strerror or exc}") from None
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        # Unbuffered: a failed write leaves nothing for close() to fail on a second time.
+        self._file: BinaryIO = os.fdopen(open_regular(self.path, flags), "ab", buffering=0)
         try:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -256,13 +281,19 @@ class Archive:
             data = json.dumps(line, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ArchiveError(f"cannot archive a {line['type']} record: {exc}") from None
-        prefix = b"\n" if self._needs_newline else b""
+        payload = (b"\n" if self._needs_newline else b"") + data.encode("utf-8") + b"\n"
+        if len(payload) > MAX_RECORD_BYTES:
+            raise ArchiveError(
+                f"cannot archive a {line['type']} record of {len(payload):,} bytes in "
+                f"{self.path}: records are capped at {MAX_RECORD_BYTES // 2**20} MiB"
+            )
         try:
-            self._file.write(prefix + data.encode("utf-8") + b"\n")
-            self._file.flush()
+            _write_all(self._file, payload)
             os.fsync(self._file.fileno())
         except OSError as exc:
-            raise ArchiveError(f"cannot append to archive {self.path}: {exc.strerror}") from None
+            raise ArchiveError(
+                f"cannot append to archive {self.path}: {exc.strerror or exc}"
+            ) from None
         self._needs_newline = False
         self._seq += 1
         return seq
@@ -317,9 +348,13 @@ class Archive:
         return self._write({"type": "meta", "meta": dict(meta)})
 
     def close(self) -> None:
-        """Release the lock and close the file (idempotent)."""
-        if not self._file.closed:
+        """Release the lock and close the file (idempotent); a failure names the archive."""
+        if self._file.closed:
+            return
+        try:
             self._file.close()
+        except OSError as exc:
+            raise ArchiveError(f"cannot close archive {self.path}: {exc.strerror or exc}") from None
 
     def __enter__(self) -> Archive:
         return self
@@ -330,4 +365,8 @@ class Archive:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        try:
+            self.close()
+        except ArchiveError:
+            if exc is None:
+                raise  # otherwise the first error is the one to report

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from ctxbudget.errors import InputError, MessageFormatError
 from ctxbudget.messages._checks import as_object
 from ctxbudget.messages.anthropic import request_from_anthropic
+from ctxbudget.messages.jsondepth import JsonTooDeep, load_json
 from ctxbudget.messages.model import Request
 from ctxbudget.messages.openai import request_from_openai
 
@@ -53,7 +54,9 @@ def parse_request_json(text: str | bytes, source: str) -> Request:
     Every failure is an InputError whose message starts with ``source``.
     """
     try:
-        body = json.loads(text)
+        body = load_json(text)
+    except JsonTooDeep as exc:
+        raise InputError(f"{source}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError(
             f"{source}: not JSON (line {exc.lineno} col {exc.colno}): {exc.msg}"
@@ -61,10 +64,25 @@ def parse_request_json(text: str | bytes, source: str) -> Request:
     except (ValueError, RecursionError) as exc:  # bad UTF-8, a 5,000-digit number, deep nesting
         raise InputError(f"{source}: not JSON: {type(exc).__name__}: {exc}") from None
     try:
-        return request_from_json(body)
+        request = request_from_json(body)
+        _check_argument_depth(request)
     except MessageFormatError as exc:
         exc.args = (f"{source}: {exc}",)
         raise
+    return request
+
+
+def _check_argument_depth(request: Request) -> None:
+    """Tool-call arguments are JSON text parsed later for templates: too deep is an error."""
+    for i, message in enumerate(request.messages):
+        for call in message.tool_calls:
+            try:
+                load_json(call.arguments)
+            except JsonTooDeep as exc:
+                where = f"messages[{i}] tool call {call.id!r} arguments"
+                raise MessageFormatError(where, str(exc)) from None
+            except ValueError:
+                pass  # text that is not JSON is counted as text, as vLLM renders it
 
 
 def _has_anthropic_block(message: object) -> bool:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ctxbudget.messages.jsondepth import JsonTooDeep, check_depth, load_json
 from ctxbudget.messages.usage import Usage
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -50,11 +50,27 @@ class ToolCall:
     arguments: str = "{}"
 
     def parsed_arguments(self) -> Any:
-        """The arguments as a JSON value; text that is not JSON is returned as the string."""
+        """The arguments as a JSON value; text that is not JSON (or nests deeper than
+        ``MAX_JSON_DEPTH``) is returned as the string."""
         try:
-            return json.loads(self.arguments)
+            return load_json(self.arguments)
         except ValueError:
             return self.arguments
+
+    def argument_problem(self) -> str | None:
+        """Why the arguments cannot be passed to a tool (not JSON, too deep), or None.
+
+        Blank arguments are no problem: some servers send "" for a call without arguments.
+        """
+        if not self.arguments.strip():
+            return None
+        try:
+            load_json(self.arguments)
+        except JsonTooDeep as exc:
+            return f"the arguments of {self.name!r} are {exc}"
+        except ValueError:
+            return f"the arguments of {self.name!r} are not valid JSON; send a JSON object"
+        return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +124,10 @@ class ToolSpec:
     name: str
     description: str = ""
     parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
+
+    def __post_init__(self) -> None:
+        # Schemas are walked recursively (counting, templates): too deep is refused here.
+        check_depth(self.parameters, f"tool {self.name!r} parameters")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 import os
@@ -9,17 +10,20 @@ import re
 from urllib.parse import urlsplit
 
 from ctxbudget.errors import ConfigError
+from ctxbudget.messages import Message, TextPart
 
 __all__ = [
     "DEFAULT_API_KEY_ENV",
     "NO_API_KEY",
     "RedactingFilter",
+    "StreamRedactor",
     "api_key_from_env",
     "checked_url",
     "is_local_url",
     "provider_name_for",
     "public_url",
     "redact",
+    "redacted_message",
     "url_secrets",
 ]
 
@@ -48,6 +52,14 @@ _HOSTS = (
 _PORTS = {11434: "ollama", 8000: "vllm", 8080: "llamacpp", 1234: "lmstudio"}
 _BEARER = re.compile(r"(bearer\s+)\S+", re.IGNORECASE)
 _SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}")
+# A tail of streamed text that may be the start of an ``sk-`` key or a ``Bearer`` token.
+# A tail of streamed text that may be the start of an ``sk-`` key or a ``Bearer`` token.
+_OPEN_TAIL = re.compile(
+    r"(?:\b(?:s|sk|sk-[A-Za-z0-9_\-]*)|b(?:e(?:a(?:r(?:er?)?)?)?)?|bearer\s*\S*)\Z", re.IGNORECASE
+)
+_TAIL_WINDOW = 256
+"""Characters searched for an open key at the cut: no key or token we redact is longer."""
+_MAX_CUTS = 8
 
 
 def provider_name_for(base_url: str) -> str:
@@ -98,13 +110,28 @@ def is_local_url(base_url: str) -> bool:
 
 
 def checked_url(base_url: object) -> str:
-    """The base URL without a trailing slash; anything but an http(s) URL is a ``ConfigError``."""
-    parts = urlsplit(base_url) if isinstance(base_url, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+    """The base URL without a trailing slash; anything but an http(s) URL is a ``ConfigError``.
+
+    The message never quotes a password or query the URL may hold.
+    """
+    example = "an http(s) URL such as http://localhost:11434/v1"
+    if not isinstance(base_url, str):
+        raise ConfigError(f"base_url must be {example}, got {type(base_url).__name__}")
+    try:
+        parts = urlsplit(base_url)
+        parts.port  # noqa: B018 -- raises for a port out of range or not a number
+    except ValueError as exc:
         raise ConfigError(
-            f"base_url must be an http(s) URL such as http://localhost:11434/v1, got {base_url!r}"
-        )
-    return str(base_url).rstrip("/")
+            f"base_url {_shown(base_url)} is not a valid URL ({exc}); pass {example}"
+        ) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"base_url must be {example}, got {_shown(base_url)}")
+    return base_url.rstrip("/")
+
+
+def _shown(url: str) -> str:
+    """The URL for a message, without ``user:password@``, query or fragment (works on bad URLs)."""
+    return repr(re.sub(r"//[^/?#]*@", "//", url).split("?")[0].split("#")[0])
 
 
 def public_url(base_url: str) -> str:
@@ -148,3 +175,74 @@ class RedactingFilter(logging.Filter):
             record.exc_text = redact(formatter.formatException(record.exc_info), self.secrets)
             record.exc_info = None
         return True
+
+
+def redacted_message(message: Message, secrets: tuple[str, ...]) -> Message:
+    """The message with `redact` applied to its text, reasoning and tool-call arguments.
+
+    A server may echo a key back in a successful reply; the reply is shown and archived.
+    """
+    if isinstance(message.content, str):
+        content: str | tuple[object, ...] = redact(message.content, secrets)
+    else:
+        content = tuple(
+            TextPart(redact(p.text, secrets)) if isinstance(p, TextPart) else p
+            for p in message.content
+        )
+    calls = tuple(
+        dataclasses.replace(c, arguments=redact(c.arguments, secrets)) for c in message.tool_calls
+    )
+    reasoning = None if message.reasoning is None else redact(message.reasoning, secrets)
+    return dataclasses.replace(
+        message,
+        content=content,  # type: ignore[arg-type]
+        tool_calls=calls,
+        reasoning=reasoning,
+    )
+
+
+class StreamRedactor:
+    """`redact` over text that arrives in pieces: a key split across two deltas is still caught.
+
+    ``feed`` returns what is safe to show now and holds back a tail that could be the start of
+    a secret; ``flush`` returns the rest at the end of the stream. Secrets are replaced first,
+    as `redact` does, so the patterns see the same text as on the whole reply.
+    """
+
+    def __init__(self, secrets: tuple[str, ...] = ()) -> None:
+        self.secrets = tuple(s for s in secrets if s)
+        self._held = ""
+
+    def feed(self, text: str) -> str:
+        if not text:
+            return ""
+        held = self._held + text
+        for secret in self.secrets:
+            held = held.replace(secret, "[redacted]")
+        cut = len(held)
+        for _ in range(_MAX_CUTS):  # the text before the cut must end in no open secret
+            earlier = min(self._open_secret(held, cut), self._open_pattern(held, cut))
+            if earlier == cut:
+                break
+            cut = earlier
+        self._held = held[cut:]
+        return redact(held[:cut], self.secrets)
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        return redact(held, self.secrets)
+
+    def _open_secret(self, text: str, end: int) -> int:
+        """Where a proper prefix of a secret starts, ending at ``end`` (else ``end``)."""
+        cut = end
+        for secret in self.secrets:
+            for size in range(min(len(secret) - 1, end), 0, -1):
+                if secret.startswith(text[end - size : end]):
+                    cut = min(cut, end - size)
+                    break
+        return cut
+
+    @staticmethod
+    def _open_pattern(text: str, end: int) -> int:
+        match = _OPEN_TAIL.search(text, max(0, end - _TAIL_WINDOW), end)
+        return end if match is None else match.start()

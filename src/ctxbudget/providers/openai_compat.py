@@ -24,17 +24,29 @@ from ctxbudget.errors import (
     ProviderError,
 )
 from ctxbudget.messages import Message, Request, Usage
+from ctxbudget.messages.jsondepth import JsonTooDeep
 from ctxbudget.messages.openai import message_from_openai, request_to_openai
 from ctxbudget.providers.base import Completion, Provider
 from ctxbudget.providers.endpoint import (
     DEFAULT_API_KEY_ENV,
     NO_API_KEY,
+    StreamRedactor,
     api_key_from_env,
     checked_url,
     provider_name_for,
     public_url,
     redact,
+    redacted_message,
     url_secrets,
+)
+from ctxbudget.providers.limits import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_REPLY_BYTES,
+    DEFAULT_READ_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT,
+    checked_bytes,
+    checked_seconds,
+    text_cap,
 )
 from ctxbudget.providers.openai_replies import (
     cause,
@@ -54,12 +66,21 @@ from ctxbudget.providers.retry import (
     is_retryable_status,
     retry_after_seconds,
 )
-from ctxbudget.providers.streaming import DONE, StreamAssembly, sse_events
+from ctxbudget.providers.streaming import (
+    DONE,
+    DeadlineExceeded,
+    ReplyLimitError,
+    StreamAssembly,
+    sse_events,
+)
+from ctxbudget.providers.transport import deadline_scope, http_client, seconds_left
 
 __all__ = [
     "DEFAULT_API_KEY_ENV",
     "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_MAX_REPLY_BYTES",
     "DEFAULT_READ_TIMEOUT",
+    "DEFAULT_REQUEST_TIMEOUT",
     "NO_API_KEY",
     "DeltaSink",
     "OpenAICompatibleProvider",
@@ -68,9 +89,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CONNECT_TIMEOUT = 10.0
-DEFAULT_READ_TIMEOUT = 600.0
-"""10 minutes: a local model can take that long on a long prompt before its first byte."""
 SILENT_OVERFLOW_FILL = 0.99
 """A length stop with no output and the prompt at 99% of the window or more is an overflow
 (the server truncated or filled the window); 99% is the margin Pi uses for the same check."""
@@ -95,6 +113,13 @@ class OpenAICompatibleProvider(Provider):
     the reason before the retry, so a display can say that the reply starts over (the text it
     showed is not part of the conversation). When the retries run out: ``ProviderError``
     "stream ended early after N chunks".
+
+    Bounds: the whole call, retries and waits included, ends within ``request_timeout``
+    seconds (a trickle of bytes or keep-alives cannot hold it open); connecting takes at most
+    ``connect_timeout``, and a silence (before the first byte or between two) ``read_timeout``.
+    A body over ``max_reply_bytes``, a stream line over ``MAX_SSE_LINE_BYTES`` or a reply text
+    longer than ``max_tokens`` allows is a final ``ProviderError``; error bodies are read up to
+    ``ERROR_BODY_BYTES``. Secrets echoed in a reply are redacted before it is shown or returned.
     """
 
     def __init__(
@@ -108,6 +133,8 @@ class OpenAICompatibleProvider(Provider):
         tokenizer: str | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         retry: RetryPolicy = DEFAULT_RETRY,
         resend_reasoning: bool = False,
         stream: bool = False,
@@ -131,13 +158,16 @@ class OpenAICompatibleProvider(Provider):
         self._sleep = sleep
         key = api_key_from_env(api_key_env, self.base_url)
         self._secrets = tuple(s for s in (key, *url_secrets(base_url)) if s and s != NO_API_KEY)
-        self._connect_timeout = _seconds(connect_timeout, "connect_timeout")
-        self._read_timeout = _seconds(read_timeout, "read_timeout")
+        self._connect_timeout = checked_seconds(connect_timeout, "connect_timeout")
+        self._read_timeout = checked_seconds(read_timeout, "read_timeout")
+        self._request_timeout = checked_seconds(request_timeout, "request_timeout")
+        self._max_reply_bytes = checked_bytes(max_reply_bytes, "max_reply_bytes")
         self._client = openai.OpenAI(
             api_key=key,
             base_url=base_url,
             max_retries=0,  # ours are the only retries
             timeout=openai.Timeout(self._read_timeout, connect=self._connect_timeout),
+            http_client=http_client(self._max_reply_bytes),
         )
 
     def __repr__(self) -> str:
@@ -147,9 +177,16 @@ class OpenAICompatibleProvider(Provider):
         )
 
     def complete(self, request: Request) -> Completion:
-        """Send the request; retry transient failures within ``retry``; parse the reply."""
+        """Send the request; retry transient failures within ``retry``; parse the reply.
+
+        The whole call, retries and waits included, ends within ``request_timeout`` seconds.
+        """
         body = request_to_openai(request, include_reasoning=self.resend_reasoning)
         body["model"] = request.model or self.model
+        with deadline_scope(self._request_timeout):
+            return self._complete(body, request.max_output_tokens)
+
+    def _complete(self, body: dict[str, Any], max_tokens: int | None) -> Completion:
         slept = 0.0
         for attempt in range(self.retry.max_retries + 1):
             log.debug(
@@ -159,11 +196,14 @@ class OpenAICompatibleProvider(Provider):
                 attempt + 1,
             )
             try:
-                return self._attempt(body)
+                return self._attempt(body, max_tokens)
             except _Transient as failure:
                 delay = backoff_delay(self.retry, attempt, retry_after=failure.retry_after)
                 if delay is None or slept + delay > self.retry.max_total_sleep:
                     raise self._give_up(failure, attempt, delay) from None
+                left = seconds_left()
+                if left is not None and delay >= left:
+                    raise self._deadline_error(failure.error) from None
                 log.warning(
                     "%s: %s; retry %d of %d in %.2f s",
                     self.name,
@@ -178,29 +218,49 @@ class OpenAICompatibleProvider(Provider):
                 slept += delay
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _attempt(self, body: dict[str, Any]) -> Completion:
+    def _attempt(self, body: dict[str, Any], max_tokens: int | None) -> Completion:
+        left = seconds_left()
+        if left is not None and left <= 0:
+            raise self._deadline_error(None)
+        timeout = self._attempt_timeout(left)
         try:
             if self.stream:
-                return self._streamed(body)
-            raw = self._client.chat.completions.with_raw_response.create(**body)
-            text = raw.text
+                return self._streamed(body, timeout, max_tokens)
+            raw = self._client.chat.completions.with_raw_response.create(**body, timeout=timeout)
+            return self._completion(raw.text, max_tokens)
+        except JsonTooDeep as err:
+            raise self._error(f"HTTP 200 with {err}") from None
+        except ReplyLimitError as err:
+            raise self._limit_error(err) from None
         except openai.APIStatusError as err:
             raise self._status_failure(err) from None
         except openai.APITimeoutError as err:
             raise _Transient(self._error(self._timeout_text(err))) from None
         except openai.APIConnectionError as err:
+            if isinstance(err.__cause__, ReplyLimitError):
+                raise self._limit_error(err.__cause__) from None
             raise _Transient(self._error(f"connection failed: {cause(err)}")) from None
-        return self._completion(text)
 
-    def _streamed(self, body: dict[str, Any]) -> Completion:
+    def _attempt_timeout(self, left: float | None) -> openai.Timeout:
+        """This attempt's timeouts: the configured ones, shortened to the time left."""
+        read, connect = self._read_timeout, self._connect_timeout
+        if left is not None:
+            read, connect = min(read, left), min(connect, left)
+        return openai.Timeout(read, connect=connect)
+
+    def _streamed(
+        self, body: dict[str, Any], timeout: openai.Timeout, max_tokens: int | None
+    ) -> Completion:
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         assembly = StreamAssembly()
-        with self._client.chat.completions.with_streaming_response.create(**body) as raw:
+        create = self._client.chat.completions.with_streaming_response.create
+        with create(**body, timeout=timeout) as raw:
             if "event-stream" not in raw.headers.get("content-type", ""):
                 # A server that ignores "stream" answers with one JSON body: take it as is.
-                return self._completion(raw.read().decode("utf-8", errors="replace"))
+                text = raw.read().decode("utf-8", errors="replace")
+                return self._completion(text, max_tokens)
             try:
-                self._read_stream(raw.iter_bytes(), assembly)
+                self._read_stream(raw.iter_bytes(), assembly, max_tokens)
             except Exception as err:  # reset, timeout, chunked body cut short
                 if not is_transport_error(err):
                     raise
@@ -210,13 +270,16 @@ class OpenAICompatibleProvider(Provider):
         if not assembly.complete:
             raise self._cut(assembly, "")
         log.debug("%s: stream complete after %d chunks", self.name, assembly.chunks)
-        return self._completion_body(assembly.body())
+        return self._completion_body(assembly.body(), max_tokens)
 
-    def _read_stream(self, pieces: Iterator[bytes], assembly: StreamAssembly) -> None:
+    def _read_stream(
+        self, pieces: Iterator[bytes], assembly: StreamAssembly, max_tokens: int | None
+    ) -> None:
+        redactor = StreamRedactor(self._secrets)
         for data in sse_events(pieces):
             if data.strip() == DONE:
                 assembly.done = True
-                return
+                break
             chunk = json_object(data)
             if chunk is None:
                 raise _Transient(
@@ -225,9 +288,34 @@ class OpenAICompatibleProvider(Provider):
                 )
             if "error" in chunk:
                 raise self._body_error(chunk, "stream", shown=self._shown(assembly))
-            text = assembly.feed(chunk)
+            text = redactor.feed(assembly.feed(chunk))
+            self._check_text_size(assembly.text_chars, max_tokens)
             if text and self.on_delta is not None:
                 self.on_delta(text)
+        rest = redactor.flush()
+        if rest and self.on_delta is not None:
+            self.on_delta(rest)
+
+    def _check_text_size(self, chars: int, max_tokens: int | None) -> None:
+        """A reply longer than ``max_tokens`` can hold is a server ignoring it: stop reading."""
+        cap = text_cap(max_tokens)
+        if cap is not None and chars > cap:
+            raise self._error(
+                f"the reply passed {cap:,} characters, more than max_tokens={max_tokens:,} "
+                "allows; stopped reading (the server ignores max_tokens?)"
+            )
+
+    def _limit_error(self, err: ReplyLimitError) -> ProviderError:
+        if isinstance(err, DeadlineExceeded):
+            return self._deadline_error(None)
+        return self._error(str(err))
+
+    def _deadline_error(self, last: ProviderError | None) -> ProviderError:
+        after = f" (last failure: {_after_host(str(last))})" if last is not None else ""
+        return self._error(
+            f"no complete reply within {self._request_timeout:g} s, the request deadline"
+            f"{after}; raise request_timeout (--request-timeout) if the model is just slow"
+        )
 
     def _shown(self, assembly: StreamAssembly) -> bool:
         return self.on_delta is not None and any(assembly.content)
@@ -238,6 +326,9 @@ class OpenAICompatibleProvider(Provider):
         return _Transient(self._error(what), shown=self._shown(assembly))
 
     def _timeout_text(self, err: openai.APITimeoutError) -> str:
+        left = seconds_left()
+        if left is not None and left <= 0.05:
+            return f"no complete reply within {self._request_timeout:g} s (request deadline)"
         if "connect" in type(err.__cause__).__name__.lower():
             return f"could not connect within {self._connect_timeout:g} s (connect timeout)"
         return f"no reply within {self._read_timeout:g} s (read timeout)"
@@ -258,7 +349,7 @@ class OpenAICompatibleProvider(Provider):
             return _Transient(error, retry_after_seconds(err.response.headers))
         return error
 
-    def _completion(self, text: str) -> Completion:
+    def _completion(self, text: str, max_tokens: int | None) -> Completion:
         body = json_object(text)
         if body is None:
             raise _Transient(
@@ -268,7 +359,7 @@ class OpenAICompatibleProvider(Provider):
             )
         if "error" in body:  # some gateways report failures inside a 200
             raise self._body_error(body, "HTTP 200")
-        return self._completion_body(body)
+        return self._completion_body(body, max_tokens)
 
     def _body_error(self, body: dict[str, Any], where: str, *, shown: bool = False) -> Exception:
         """An error object inside a 200 or a stream: an overflow, a retryable fault, or final."""
@@ -284,7 +375,7 @@ class OpenAICompatibleProvider(Provider):
             return _Transient(error, shown=shown)
         return error
 
-    def _completion_body(self, body: dict[str, Any]) -> Completion:
+    def _completion_body(self, body: dict[str, Any], max_tokens: int | None) -> Completion:
         choices = body.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise self._error("HTTP 200 with no choices in the reply")
@@ -293,6 +384,7 @@ class OpenAICompatibleProvider(Provider):
         finish = choice.get("finish_reason")
         self._check_silent_overflow(finish, usage)
         message = self._message(choice.get("message"), usage)
+        self._check_text_size(_text_chars(message), max_tokens)
         return Completion(message=message, usage=usage, stop_reason=stop_reason(finish, message))
 
     def _usage(self, raw: object) -> Usage:
@@ -332,13 +424,16 @@ class OpenAICompatibleProvider(Provider):
             raise self._error(
                 f"HTTP 200 with an unreadable message: {short(self._redact(str(err)))}"
             ) from None
-        return Message(
-            role="assistant",
-            content=message.content,
-            tool_calls=message.tool_calls,
-            name=message.name,
-            reasoning=message.reasoning,
-            usage=usage,
+        return redacted_message(
+            Message(
+                role="assistant",
+                content=message.content,
+                tool_calls=message.tool_calls,
+                name=message.name,
+                reasoning=message.reasoning,
+                usage=usage,
+            ),
+            self._secrets,
         )
 
     def _give_up(self, failure: _Transient, attempt: int, delay: float | None) -> ProviderError:
@@ -381,7 +476,11 @@ def _check_window(window: object) -> int | None:
     return window
 
 
-def _seconds(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
-    return float(value)
+def _text_chars(message: Message) -> int:
+    calls = sum(len(c.arguments) for c in message.tool_calls)
+    return len(message.text) + len(message.reasoning or "") + calls
+
+
+def _after_host(text: str) -> str:
+    """A provider error without its "NAME server at URL: " prefix."""
+    return text.split(": ", 1)[1] if ": " in text else text

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ctxbudget.messages import Message
+from ctxbudget.messages.jsondepth import JsonTooDeep, load_json
 from ctxbudget.providers.base import StopReason
 
 __all__ = [
@@ -53,8 +54,12 @@ def is_quota(text: str) -> bool:
 
 
 def json_object(text: str) -> dict[str, Any] | None:
+    """The JSON object in ``text``; None for anything else. Raises `JsonTooDeep` for nesting
+    past ``MAX_JSON_DEPTH`` (a server that does that will do it again: not worth a retry)."""
     try:
-        body = json.loads(text)
+        body = load_json(text)
+    except JsonTooDeep:
+        raise
     except ValueError:
         return None
     return body if isinstance(body, dict) else None

@@ -10,32 +10,73 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DONE", "StreamAssembly", "sse_events"]
+__all__ = [
+    "DONE",
+    "MAX_SSE_LINE_BYTES",
+    "DeadlineExceeded",
+    "ReplyLimitError",
+    "StreamAssembly",
+    "sse_events",
+]
 
 DONE = "[DONE]"
 """The payload OpenAI-compatible servers send as the last event of a stream."""
 
 
-def sse_events(pieces: Iterable[bytes]) -> Iterator[str]:
+MAX_SSE_LINE_BYTES = 4 * 1024 * 1024
+"""The longest line (and event) a stream may send: a chunk is a few hundred bytes; 4 MiB leaves
+room for a whole tool call sent at once."""
+
+
+class ReplyLimitError(Exception):
+    """A server sent more than a cap allows; not retried (it would send the same again)."""
+
+
+class DeadlineExceeded(ReplyLimitError):
+    """The request's deadline passed while the reply was still arriving."""
+
+
+def sse_events(pieces: Iterable[bytes], max_line_bytes: int = MAX_SSE_LINE_BYTES) -> Iterator[str]:
     """The ``data`` of each complete server-sent event in a byte stream.
 
     An event ends at a blank line; its ``data:`` lines are joined with newlines; comments
     (``: keep-alive``) and other fields are skipped. An event cut off by the end of the stream
     is dropped, as the SSE standard says (WHATWG HTML, "dispatch the event" only on a blank line).
+    Linear in the stream's size: each byte is searched once. A line or an event longer than
+    ``max_line_bytes`` raises `ReplyLimitError`.
     """
-    buffer = b""
+    partial: list[bytes] = []  # the start of the current line, from earlier pieces
+    pending = 0
     data: list[str] = []
+    data_bytes = 0
     for piece in pieces:
-        buffer += piece
-        *lines, buffer = buffer.split(b"\n")
-        for raw in lines:
+        start = 0
+        while (end := piece.find(b"\n", start)) >= 0:
+            raw = piece[start:end]
+            if partial:
+                raw, partial, pending = b"".join((*partial, raw)), [], 0
+            start = end + 1
+            if len(raw) > max_line_bytes:
+                raise ReplyLimitError(_too_long(max_line_bytes))
             line = raw.rstrip(b"\r").decode("utf-8", errors="replace")
             if not line:
                 if data:
                     yield "\n".join(data)
-                data = []
+                data, data_bytes = [], 0
             elif line.startswith("data:"):
                 data.append(line[5:].removeprefix(" "))
+                data_bytes += len(raw)
+                if data_bytes > max_line_bytes:
+                    raise ReplyLimitError(_too_long(max_line_bytes))
+        if start < len(piece):
+            partial.append(piece[start:])
+            pending += len(piece) - start
+            if pending > max_line_bytes:
+                raise ReplyLimitError(_too_long(max_line_bytes))
+
+
+def _too_long(limit: int) -> str:
+    return f"stream line or event longer than {limit:,} bytes; stopped reading"
 
 
 @dataclass(slots=True)
@@ -64,6 +105,8 @@ class StreamAssembly:
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     calls: dict[int, _ToolCallParts] = field(default_factory=dict)
+    text_chars: int = 0
+    """Characters of content, reasoning and tool arguments so far (checked against a cap)."""
 
     @property
     def complete(self) -> bool:
@@ -94,6 +137,7 @@ class StreamAssembly:
         for key in ("reasoning_content", "reasoning"):
             if isinstance(delta.get(key), str):
                 self.reasoning.append(delta[key])
+                self.text_chars += len(delta[key])
         calls = delta.get("tool_calls")
         if isinstance(calls, list):
             for call in calls:
@@ -102,6 +146,7 @@ class StreamAssembly:
         text = delta.get("content")
         if isinstance(text, str):
             self.content.append(text)
+            self.text_chars += len(text)
             return text
         return ""
 
@@ -123,6 +168,7 @@ class StreamAssembly:
             arguments = function.get("arguments")
             if isinstance(arguments, str):
                 parts.arguments.append(arguments)
+                self.text_chars += len(arguments)
 
     def _has_id(self, call_id: str) -> bool:
         return any(parts.id == call_id for parts in self.calls.values())
