@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from typing import Any
 
 from ctxbudget.agent.loop import Agent
 from ctxbudget.messages import Message, ToolCall, ToolSpec
@@ -20,8 +21,14 @@ from .hostile import run_bounded
 UNCLOSED = "[" * 1500  # what a small model stuck in a loop can emit
 
 
+def without_usage(body: dict[str, Any]) -> dict[str, Any]:
+    # The canned bodies' usage belongs to other prompts; reported far below what ctxbudget counts
+    # exactly, it would read as a server that truncated the prompt (agent/silent.py).
+    return {k: v for k, v in copy.deepcopy(body).items() if k != "usage"}
+
+
 def bad_call_reply() -> Reply:
-    body = copy.deepcopy(bodies.VLLM_TOOL_CALL)
+    body = without_usage(bodies.VLLM_TOOL_CALL)
     body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = UNCLOSED
     return Reply(body=body)
 
@@ -36,7 +43,7 @@ def chat(server: FakeServer, archive: Path, stdin: str) -> tuple[int, str, str]:
 
 def test_a_deep_tool_call_is_stored_answered_and_resumable(tmp_path: Path) -> None:
     archive = tmp_path / "a.jsonl"
-    with FakeServer(bad_call_reply(), Reply(body=bodies.OPENAI_CHAT)) as server:
+    with FakeServer(bad_call_reply(), Reply(body=without_usage(bodies.OPENAI_CHAT))) as server:
         code, out, err = chat(server, archive, "hello\n")
     assert code == 0, err
     assert json.loads(out)["turns"] == 1
@@ -45,7 +52,9 @@ def test_a_deep_tool_call_is_stored_answered_and_resumable(tmp_path: Path) -> No
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
     assert messages[1]["tool_calls"][0]["arguments"] == UNCLOSED, "stored as the model wrote it"
     assert messages[2]["content"].startswith("error: ")
-    with FakeServer(Reply(body=bodies.OPENAI_CHAT)) as server:  # resume: counts the bad call
+    with FakeServer(
+        Reply(body=without_usage(bodies.OPENAI_CHAT))
+    ) as server:  # resume: counts the bad call
         code, out, err = chat(server, archive, "and again\n")
     assert code == 0, err
     assert json.loads(out)["turns"] == 2
