@@ -38,9 +38,11 @@ def _tools_block(request: Request) -> str:
 
 
 def _tool_message(message: Message, opens: bool, closes: bool) -> str:
-    head = "<|im_start|>user" if opens else ""
-    tail = "<|im_end|>\n" if closes else ""
-    return f"{head}\n<tool_response>\n{message_text(message)}\n</tool_response>{tail}"
+    # The newline between two results ends the first: Qwen2.5 has no <tool_response> token,
+    # and ">\n" | "<" is a pre-token boundary where "</tool_response>" | "\n<" is not.
+    head = "<|im_start|>user\n" if opens else ""
+    tail = "<|im_end|>\n" if closes else "\n"
+    return f"{head}<tool_response>\n{message_text(message)}\n</tool_response>{tail}"
 
 
 def _tool_neighbours(messages: Sequence[Message], index: int) -> tuple[bool, bool]:
