@@ -92,7 +92,7 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def _spec(value: Any, *, special: bool | None = None) -> TokenSpec | str | None:
-    if isinstance(value, str):
+    if isinstance(value, str | TokenSpec):
         return value
     if isinstance(value, Mapping) and isinstance(value.get("content"), str):
         normalized = value.get("normalized")
