@@ -108,3 +108,20 @@ def oracle_count(tokenizer: Any, body: dict[str, Any]) -> int | None:
     except TemplateError:
         return None
     return len(ids)
+
+
+def run_cli(args: list[str]) -> tuple[int, str, str]:
+    """``ctxbudget ARGS`` as the console script runs it: exit code, stdout, stderr."""
+    import contextlib
+    import io
+
+    from ctxbudget.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(args)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, out.getvalue(), err.getvalue()

@@ -13,12 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from tests.counting.conftest import HF_FOLDERS
-from tests.counting.hf_oracle import bodies, oracle_count
+from tests.counting.hf_oracle import bodies, oracle_count, run_cli
 
-from ctxbudget.cli.request import request_command
 from ctxbudget.counting import RequestCounter, count_request
 from ctxbudget.errors import InputError
 from ctxbudget.messages.detect import parse_request_json
@@ -41,12 +39,12 @@ def _library(name: str, body: dict[str, Any]) -> tuple[int | None, int | None]:
 
 def _cli(flag: str, name: str, body: dict[str, Any], path: Path) -> int | None:
     path.write_text(json.dumps(body), encoding="utf-8")
-    result = CliRunner().invoke(request_command, [str(path), "--json", flag, name])
-    if result.exit_code == 2:  # the template refused the request, as transformers did
-        assert "\n" not in result.output.strip(), result.output
+    code, out, err = run_cli(["request", str(path), "--json", flag, name])
+    if code == 2:  # the template refused the request, as transformers did
+        assert len(err.strip().splitlines()) == 1, err
         return None
-    assert result.exit_code == 0, result.output
-    tokens: int = json.loads(result.output)["tokens"]
+    assert code == 0, err
+    tokens: int = json.loads(out)["tokens"]
     return tokens
 
 

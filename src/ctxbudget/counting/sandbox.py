@@ -121,8 +121,9 @@ def _check_format(text: str) -> None:
 def _check_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     for arg in (*args, *kwargs.values()):
         _check_int(arg)
-    owner = getattr(func, "__self__", None)
-    name = getattr(func, "__name__", "")
+    method = getattr(func, "__wrapped__", func)  # Jinja wraps str.format in the sandbox
+    owner = getattr(method, "__self__", None)
+    name = getattr(method, "__name__", "")
     if isinstance(owner, str):
         if name in ("format", "format_map"):
             _check_format(owner)
@@ -264,15 +265,16 @@ class _Watchdog:
             yield
         finally:
             with self._wake:
-                self._due.pop(ident, None)
+                if self._due.pop(ident, None) is None:  # fired: drop it if still pending
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
 
     def _run(self) -> None:
         with self._wake:
             while True:
                 now = time.monotonic()
                 for ident, due in list(self._due.items()):
-                    if due <= now:  # again every 0.1 s until the render is gone
-                        self._due[ident] = now + 0.1
+                    if due <= now:
+                        del self._due[ident]
                         ctypes.pythonapi.PyThreadState_SetAsyncExc(
                             ctypes.c_ulong(ident), ctypes.py_object(RenderTimeout)
                         )
