@@ -65,7 +65,9 @@ def test_named_templates_use_tool_use_with_tools(hf_oracle: Oracle) -> None:
 
 
 def test_generation_tag_renders_its_body(hf_oracle: Oracle) -> None:
-    template = "{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}"
+    template = (
+        "{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}"
+    )
     assert render_template(template, [{"role": "user", "content": "hi"}]) == "[hi]"
     folder, tokenizer = hf_oracle("smollm3-template")  # its real template uses the tag
     assert count_request(_request(BODY), f"hf:{folder}").total == oracle_count(tokenizer, BODY)

@@ -20,8 +20,8 @@ from typing import Any
 from jinja2 import Environment, nodes
 from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.ext import Extension
-from jinja2.parser import Parser
 from jinja2.nodes import EvalContext
+from jinja2.parser import Parser
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -75,7 +75,11 @@ def _refuse(what: str) -> SecurityError:
 
 
 def _check_size(value: Any) -> Any:
-    if isinstance(value, Sized) and not isinstance(value, dict) and len(value) > _limits().max_value:
+    if (
+        isinstance(value, Sized)
+        and not isinstance(value, dict)
+        and len(value) > _limits().max_value
+    ):
         raise _refuse(f"a value of {len(value):,} items")
     return value
 
@@ -96,9 +100,9 @@ def _check_binop(operator: str, left: Any, right: Any) -> None:
             size = _seq_len(seq)
             if size is not None and isinstance(times, int) and size * times > limit:
                 raise _refuse(f"a sequence of {size:,} x {times:,}")
-        if isinstance(left, int) and isinstance(right, int):
-            if left.bit_length() + right.bit_length() > MAX_INT_BITS:
-                raise _refuse("an integer product")
+        ints = isinstance(left, int) and isinstance(right, int)
+        if ints and left.bit_length() + right.bit_length() > MAX_INT_BITS:
+            raise _refuse("an integer product")
     elif operator == "**" and isinstance(left, int) and isinstance(right, int):
         if right > 0 and abs(left) > 1 and left.bit_length() * right > MAX_INT_BITS:
             raise _refuse(f"{left} ** {right}")
@@ -141,9 +145,9 @@ def _check_replace(text: Any, old: Any, new: Any) -> None:
 
 
 def _check_join(separator: Any, items: Any) -> None:
-    if isinstance(separator, str) and isinstance(items, Sized):
-        if len(separator) * len(items) > _limits().max_value:
-            raise _refuse("a join")
+    sized = isinstance(separator, str) and isinstance(items, Sized)
+    if sized and len(separator) * len(items) > _limits().max_value:
+        raise _refuse("a join")
 
 
 _CONTEXTS = (Context, EvalContext, Environment)
@@ -176,7 +180,7 @@ def _check_indent(text: str, width: Any) -> None:
         raise _refuse("an indent")
 
 
-def bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> Any:  # noqa: A002
+def bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> Any:
     """Jinja's ``lipsum`` for at most 100,000 words (its own has no limit)."""
     from jinja2.utils import generate_lorem_ipsum
 
@@ -227,7 +231,11 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         return _check_size(super().call_binop(context, operator, left, right))
 
     def call(
-        __self, __context: Context, __obj: Any, *args: Any, **kwargs: Any  # noqa: N805
+        __self,
+        __context: Context,
+        __obj: Any,
+        *args: Any,
+        **kwargs: Any,
     ) -> Any:
         _check_call(__obj, args, kwargs)
         return _check_size(super().call(__context, __obj, *args, **kwargs))

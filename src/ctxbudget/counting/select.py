@@ -59,7 +59,9 @@ def choose_scheme(
         return QwenScheme(tokenizer=_exact(resolved, chosen), template=chosen)
     if chosen == "qwen3.5":
         folder = FolderTemplate(templates=(("", packaged_template("qwen3.5.jinja")),))
-        return TemplateScheme(name=resolved.name, template=folder, tokenizer=_exact(resolved, chosen))
+        return TemplateScheme(
+            name=resolved.name, template=folder, tokenizer=_exact(resolved, chosen)
+        )
     if chosen == "openai":
         return OpenAIScheme(resolved)
     if chosen == "estimate":

@@ -11,6 +11,7 @@ tools' share of it is the head rendered with tools minus the head rendered witho
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,7 +106,7 @@ class TemplateScheme:
         firsts = _message_pieces(full, pieces, is_token, messages)[len(head) :]
         bounds = [firsts[0] if firsts else len(pieces), *firsts[1:], len(pieces)]
         head_tokens = sum(counts[: bounds[0]])
-        parts = [sum(counts[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+        parts = [sum(counts[a:b]) for a, b in itertools.pairwise(bounds)]
         tools_tokens = self._tools_share(source, messages[: len(head)], tools, head_tokens, cache)
         system = head_tokens - tools_tokens
         if not request.messages:
