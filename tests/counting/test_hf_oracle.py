@@ -1,8 +1,10 @@
 """``hf:PATH`` equals transformers' ``apply_chat_template`` on every model folder the repo carries.
 
-Each folder gets 110 generated requests here, each counted four ways (``count_request`` with the
-folder as tokenizer, ``RequestCounter(model=...)``, the CLI with ``--tokenizer`` and with
-``--model``), so >= 200 requests per folder and per door; the oracle is transformers 4.x.
+Each folder gets 110 generated conversations; each is sent as a request after every user turn
+(>= 200 requests per folder, checked), and each request is counted by ``count_request`` with the
+folder as tokenizer, by one ``RequestCounter(model=...)`` step after step, and by the generic
+Jinja path even where the folder's template is counted natively; the whole conversation also
+through the CLI with ``--tokenizer`` and with ``--model``. The oracle is transformers 4.x.
 """
 
 from __future__ import annotations
@@ -18,23 +20,47 @@ from tests.counting.conftest import HF_FOLDERS
 from tests.counting.hf_oracle import bodies, oracle_count, run_cli
 
 from ctxbudget.counting import RequestCounter, count_request
+from ctxbudget.counting.counter import count_with
+from ctxbudget.counting.hf import load_folder_template
+from ctxbudget.counting.template_count import TemplateScheme
 from ctxbudget.errors import InputError
 from ctxbudget.messages.detect import parse_request_json
+from ctxbudget.tokens.registry import get_tokenizer
 
 Oracle = Callable[[str], tuple[Path, Any]]
 
 
-def _library(name: str, body: dict[str, Any]) -> tuple[int | None, int | None]:
-    request = parse_request_json(json.dumps(body), "body")
-    try:
-        by_tokenizer = count_request(request, name).total
-    except InputError:
-        by_tokenizer = None
-    try:
-        by_model = RequestCounter(model=name).count(request).total
-    except InputError:
-        by_model = None
-    return by_tokenizer, by_model
+def _jinja_scheme(name: str) -> TemplateScheme:
+    """The generic path (render + pieces), even for a folder counted natively by default."""
+    folder = load_folder_template(name[len("hf:") :])
+    return TemplateScheme(name=name, template=folder, tokenizer=get_tokenizer(name))
+
+
+def _prefixes(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The body and each earlier point where a request would be sent (after a user turn)."""
+    messages = body["messages"]
+    cuts = [i + 1 for i, m in enumerate(messages[:-1]) if m["role"] == "user"]
+    return [{**body, "messages": messages[:cut]} for cut in cuts] + [body]
+
+
+def _library(name: str, bodies: list[dict[str, Any]]) -> list[tuple[int | None, ...]]:
+    """Each body counted three ways; the RequestCounter counts them in order (incremental)."""
+    counter = RequestCounter(model=name)
+    out = []
+    for body in bodies:
+        request = parse_request_json(json.dumps(body), "body")
+        counts: list[int | None] = []
+        for count in (
+            lambda: count_request(request, name),
+            lambda: counter.count(request),
+            lambda: count_with(_jinja_scheme(name), request),
+        ):
+            try:
+                counts.append(count().total)
+            except InputError:
+                counts.append(None)
+        out.append(tuple(counts))
+    return out
 
 
 def _cli(flag: str, name: str, body: dict[str, Any], path: Path) -> int | None:
@@ -62,11 +88,12 @@ def test_every_door_counts_what_transformers_counts(
     )
     @given(body=bodies())
     def check(body: dict[str, Any]) -> None:
-        expected = oracle_count(tokenizer, body)
-        assert _library(name, body) == (expected, expected), body
-        assert _cli("--tokenizer", name, body, body_file) == expected, body
-        assert _cli("--model", name, body, body_file) == expected, body
-        seen.append(expected)
+        requests = _prefixes(body)
+        expected = [oracle_count(tokenizer, b) for b in requests]
+        assert _library(name, requests) == [(n, n, n) for n in expected], body
+        assert _cli("--tokenizer", name, body, body_file) == expected[-1], body
+        assert _cli("--model", name, body, body_file) == expected[-1], body
+        seen.extend(expected)
 
     check()
-    assert len(seen) >= 110 and any(n is not None for n in seen)
+    assert len(seen) >= 200 and sum(n is not None for n in seen) >= 200

@@ -28,6 +28,17 @@ TOOLS_OUTRO = (
 )
 NO_THINKING = "<think>\n\n</think>\n\n"
 
+# SHA-256 of the template texts these renderers equal (tests/data/chat_templates, the real
+# Qwen/Qwen2.5-7B-Instruct and Qwen/Qwen3-0.6B tokenizer_config.json): a model folder that
+# carries one of them is counted natively, message by message.
+NATIVE_TEMPLATES = {
+    "cd8e9439f0570856fd70470bf8889ebd8b5d1107207f67a5efb46e342330527f": "qwen2.5",
+    "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5": "qwen3",
+}
+# Where the native renderers cut a prompt: every cut is next to one of these, or (Qwen2.5
+# tool results) at ">\n" | "<", a boundary of Qwen's pre-tokenizer pattern.
+NATIVE_CUT_TOKENS = ("<|im_start|>", "<|im_end|>")
+
 
 def _turn(role: str, text: str) -> str:
     return f"<|im_start|>{role}\n{text}<|im_end|>\n"
@@ -184,9 +195,13 @@ class QwenScheme:
     template: str = "qwen3"
     """``qwen3`` or ``qwen2.5``."""
     enable_thinking: bool = True
+    label: str | None = None
+    """The counter's name when it is not the tokenizer's or template's (an ``hf:`` folder)."""
 
     @property
     def name(self) -> str:
+        if self.label is not None:
+            return self.label
         return self.tokenizer.name if self.template == "qwen3" else self.template
 
     @property

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from ctxbudget.counting.estimate_rules import EstimateScheme, tool_prompt_tokens
 from ctxbudget.counting.hf import FolderTemplate, load_folder_template, packaged_template
 from ctxbudget.counting.openai_rules import OpenAIScheme
-from ctxbudget.counting.qwen import QwenScheme
+from ctxbudget.counting.qwen import NATIVE_CUT_TOKENS, NATIVE_TEMPLATES, QwenScheme
 from ctxbudget.counting.scheme import Scheme
 from ctxbudget.counting.template_count import TemplateScheme
 from ctxbudget.errors import UnknownNameError
 from ctxbudget.tokens.base import TokenCounter
-from ctxbudget.tokens.registry import HF_PREFIX, ExactTokenizer, get_tokenizer, tokenizer_for_model
+from ctxbudget.tokens.registry import (
+    HF_PREFIX,
+    QWEN_PATTERN,
+    ExactTokenizer,
+    get_tokenizer,
+    tokenizer_for_model,
+)
 from ctxbudget.tokens.select import GENERIC_ESTIMATOR, get_counter
 
 TEMPLATES = ("qwen3", "qwen2.5", "qwen3.5", "openai", "estimate")
@@ -52,6 +60,9 @@ def choose_scheme(
         path, _, name = chosen[len(HF_PREFIX) :].partition("#")
         folder = load_folder_template(path)
         tokenizer = _exact(resolved, f"{HF_PREFIX}{path}")
+        native = _native(folder, tokenizer, name)
+        if native is not None:
+            return QwenScheme(tokenizer=tokenizer, template=native, label=resolved.name)
         return TemplateScheme(
             name=resolved.name, template=folder, tokenizer=tokenizer, template_name=name or None
         )
@@ -67,6 +78,16 @@ def choose_scheme(
     if chosen == "estimate":
         return EstimateScheme(resolved, tool_prompt_tokens(model))
     raise UnknownNameError("template", chosen, [*TEMPLATES, "hf:PATH"])
+
+
+def _native(folder: FolderTemplate, tokenizer: ExactTokenizer, name: str) -> str | None:
+    """``qwen2.5`` / ``qwen3`` when the folder's template is one of the native renderers' own
+    and its tokenizer cuts where they cut (Qwen's pre-tokenizer), else None."""
+    if name or len(folder.templates) != 1:
+        return None
+    native = NATIVE_TEMPLATES.get(hashlib.sha256(folder.templates[0][1].encode()).hexdigest())
+    cuts = all(tokenizer.is_cut_token(t) for t in NATIVE_CUT_TOKENS)
+    return native if cuts and tokenizer.pattern == QWEN_PATTERN else None
 
 
 def _exact(counter: TokenCounter, template: str) -> ExactTokenizer:

@@ -83,14 +83,15 @@ class TemplateScheme:
         )
 
     def _tokens(self, text: str, cache: PieceCache) -> int:
+        return sum(self._counts(self.tokenizer.pieces(text), cache))
+
+    def _counts(self, pieces: list[str], cache: PieceCache) -> list[int]:
+        """Each piece's count: from the cache, the new ones tokenised in one batch."""
         counts = cache.counts
-        total = 0
-        for piece in self.tokenizer.pieces(text):
-            n = counts.get(piece)
-            if n is None:
-                n = counts[piece] = len(self.tokenizer.encode(piece, special=True))
-            total += n
-        return total
+        new = list({p: None for p in pieces if p not in counts})
+        if new:
+            counts.update(zip(new, self.tokenizer.count_special_many(new), strict=True))
+        return [counts[p] for p in pieces]
 
     def count(self, request: Request, cache: PieceCache | None = None) -> RequestCount:
         """The exact total with a per-part breakdown that adds up to it."""
@@ -101,7 +102,7 @@ class TemplateScheme:
         source = self.source(tools)
         full = self.render(messages, tools, source=source)
         pieces = self.tokenizer.pieces(full)
-        counts = [self._tokens(p, cache) for p in pieces]
+        counts = self._counts(pieces, cache)
         is_token = [self.tokenizer.is_cut_token(p) for p in pieces]
         firsts = _message_pieces(full, pieces, is_token, messages)[len(head) :]
         bounds = [firsts[0] if firsts else len(pieces), *firsts[1:], len(pieces)]

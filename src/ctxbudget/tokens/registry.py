@@ -127,8 +127,13 @@ class ExactTokenizer:
         special_in_text: bool,
         normalize_nfc: bool = False,
         boundary: Boundary | None = None,
+        pattern: str | None = None,
+        count_batch: Callable[[list[str]], list[int]] | None = None,
     ) -> None:
         self.name = name
+        self._count_batch = count_batch
+        self.pattern = pattern
+        """The pre-tokenizer's split pattern, where it is one regex (tiktoken, byte-level BPE)."""
         self.vocab_size = vocab_size
         self.special_in_text = special_in_text
         self._ordinary = encode_ordinary
@@ -146,6 +151,13 @@ class ExactTokenizer:
     def count(self, text: str) -> int:
         """The exact number of tokens in ``text``."""
         return len(self.encode(text))
+
+    def count_special_many(self, texts: list[str]) -> list[int]:
+        """Token counts of ``texts`` with special tokens parsed (in parallel where the
+        tokenizer can: Hugging Face ``encode_batch``)."""
+        if self._count_batch is not None and len(texts) > 1 and not self._nfc:
+            return self._count_batch(texts)
+        return [len(self.encode(t, special=True)) for t in texts]
 
     def is_cut_token(self, piece: str) -> bool:
         """True when ``piece`` is an added token that :meth:`pieces` cuts at."""
@@ -255,6 +267,7 @@ def _build_openai(name: str, pattern: str, special: dict[str, int]) -> ExactToke
         vocab_size=enc.n_vocab,
         special_in_text=False,
         boundary=token_boundary(special),
+        pattern=pattern,
     )
 
 
@@ -271,6 +284,7 @@ def _build_qwen(name: str, filename: str, pattern: str, special: dict[str, int])
         special_in_text=True,
         normalize_nfc=True,  # Qwen's tokenizer.json normalizer is NFC
         boundary=token_boundary(special),
+        pattern=pattern,
     )
 
 
@@ -435,6 +449,19 @@ def _boundary(tok: Any, facts: FolderTokens) -> Boundary | None:
     return token_boundary(cut, [t.content for t in tokens if t.content])
 
 
+def _split_pattern(tok: Any) -> str | None:
+    """The regex of a ``Sequence[Split(regex, isolated), ByteLevel(use_regex=false)]``."""
+    state = json.loads(tok.pre_tokenizer.__getstate__()) if tok.pre_tokenizer else {}
+    steps = state.get("pretokenizers") if state.get("type") == "Sequence" else None
+    if not steps or len(steps) != 2:
+        return None
+    split, byte_level = steps
+    regex = split.get("pattern", {}).get("Regex") if split.get("type") == "Split" else None
+    plain_bytes = byte_level.get("type") == "ByteLevel" and not byte_level.get("use_regex", True)
+    isolated = split.get("behavior") == "Isolated" and not split.get("invert")
+    return regex if isinstance(regex, str) and plain_bytes and isolated else None
+
+
 def _build_hf(path: str) -> ExactTokenizer:
     if importlib.util.find_spec("tokenizers") is None:
         raise MissingDependencyError("hf: tokenizers", "tokenizers")
@@ -464,6 +491,10 @@ def _build_hf(path: str) -> ExactTokenizer:
         ids: list[int] = tok.encode(text, add_special_tokens=False).ids
         return ids
 
+    def count_batch(texts: list[str]) -> list[int]:
+        tok.encode_special_tokens = split_specials
+        return [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)]
+
     return ExactTokenizer(
         f"{HF_PREFIX}{path}",
         ordinary,
@@ -471,6 +502,8 @@ def _build_hf(path: str) -> ExactTokenizer:
         vocab_size=tok.get_vocab_size(with_added_tokens=True),
         special_in_text=True,  # HF tokenizers split added tokens out of text, as servers do
         boundary=_boundary(tok, facts),
+        pattern=_split_pattern(tok),
+        count_batch=count_batch,
     )
 
 
