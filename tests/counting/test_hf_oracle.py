@@ -19,12 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from tests.counting.conftest import HF_FOLDERS
 from tests.counting.hf_oracle import bodies, oracle_count, run_cli
 
-from ctxbudget.counting import RequestCounter, count_request
+from ctxbudget.counting import RequestCount, RequestCounter, count_request
 from ctxbudget.counting.counter import count_with
 from ctxbudget.counting.hf import load_folder_template
 from ctxbudget.counting.template_count import TemplateScheme
 from ctxbudget.errors import InputError
 from ctxbudget.messages.detect import parse_request_json
+from ctxbudget.messages.model import Request
 from ctxbudget.tokens.registry import get_tokenizer
 
 Oracle = Callable[[str], tuple[Path, Any]]
@@ -49,14 +50,15 @@ def _library(name: str, bodies: list[dict[str, Any]]) -> list[tuple[int | None, 
     out = []
     for body in bodies:
         request = parse_request_json(json.dumps(body), "body")
+        doors: list[Callable[[Request], RequestCount]] = [
+            lambda r: count_request(r, name),
+            counter.count,
+            lambda r: count_with(_jinja_scheme(name), r),
+        ]
         counts: list[int | None] = []
-        for count in (
-            lambda: count_request(request, name),
-            lambda: counter.count(request),
-            lambda: count_with(_jinja_scheme(name), request),
-        ):
+        for door in doors:
             try:
-                counts.append(count().total)
+                counts.append(door(request).total)
             except InputError:
                 counts.append(None)
         out.append(tuple(counts))
