@@ -26,7 +26,7 @@ def qwen3_tokenizer() -> ExactTokenizer:
     return get_tokenizer("qwen3")
 
 
-HF_FOLDERS = ("qwen2.5", "smollm3-template", "hermes-2-pro-template")
+HF_FOLDERS = ("qwen2.5", "smollm3-template", "hermes-2-pro-template", "llama3-cl100k")
 
 
 @pytest.fixture(scope="session")
