@@ -60,14 +60,13 @@ def _tojson(
     )
 
 
-@functools.lru_cache(maxsize=32)
-def compile_template(source: str) -> Any:
-    """The template compiled in transformers' sandboxed environment (cached by source), with
-    the ctxbudget bounds on time and memory (:mod:`ctxbudget.counting.sandbox`)."""
-    from jinja2 import TemplateError
+@functools.lru_cache(maxsize=1)
+def environment() -> Any:
+    """transformers' sandboxed environment, with ctxbudget's bounds on time and memory
+    (:mod:`ctxbudget.counting.sandbox`)."""
     from jinja2.ext import loopcontrols
 
-    from ctxbudget.counting.sandbox import BoundedSandbox, GenerationTag, bound_template
+    from ctxbudget.counting.sandbox import BoundedSandbox, GenerationTag
 
     env = BoundedSandbox(
         trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, loopcontrols]
@@ -75,8 +74,18 @@ def compile_template(source: str) -> Any:
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+@functools.lru_cache(maxsize=32)
+def compile_template(source: str) -> Any:
+    """The template compiled in :func:`environment` (cached by source)."""
+    from jinja2 import TemplateError
+
+    from ctxbudget.counting.sandbox import bound_template
+
     try:
-        return bound_template(env.from_string(source))
+        return bound_template(environment().from_string(source))
     except TemplateError as exc:
         raise InputError(f"chat template does not compile: {_first_line(exc)}") from exc
     except Exception as exc:  # the template is untrusted text: any parser failure is its own
@@ -109,6 +118,7 @@ def render_template(
     *,
     add_generation_prompt: bool = True,
     limits: Limits | None = None,
+    compiled: Any = None,
     **extra: Any,
 ) -> str:
     """Render ``source`` as a server renders a chat request, within ``limits`` (time, size);
@@ -117,7 +127,7 @@ def render_template(
 
     from ctxbudget.counting.sandbox import Limits, render_bounded
 
-    template = compile_template(source)
+    template = compiled if compiled is not None else compile_template(source)
     variables = {"messages": messages, "tools": tools, "documents": None, **extra}
     variables["add_generation_prompt"] = add_generation_prompt
     chosen = limits or Limits(input_chars=_input_chars([messages, tools]))

@@ -17,7 +17,9 @@ from typing import Any
 
 from ctxbudget.counting.hf import FolderTemplate, render_template
 from ctxbudget.counting.result import RequestCount
-from ctxbudget.counting.template_input import message_dict, template_tools
+from ctxbudget.counting.sandbox import Limits
+from ctxbudget.counting.template_input import message_dict, message_text, template_tools
+from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
 from ctxbudget.errors import InputError
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.tokens.registry import ExactTokenizer
@@ -26,31 +28,53 @@ _PLACEHOLDER = "\ue000ctxbudget-cut\ue000"  # private-use characters: never in a
 MAX_CACHED_PIECES = 200_000
 
 
+def _message_chars(message: Message) -> int:
+    return len(message_text(message)) + sum(len(c.arguments) for c in message.tool_calls)
+
+
 @dataclass(slots=True)
 class PieceCache:
-    """Token counts of rendered pieces by text, and template dicts of messages by identity.
-
-    One lives in each ``RequestCounter``; it is emptied when it holds too many pieces.
+    """What one ``RequestCounter`` keeps between steps of a template scheme: token counts of
+    rendered pieces by text, the template dicts of the last request's messages, the loop memo.
     """
 
     counts: dict[str, int] = field(default_factory=dict)
-    dicts: dict[int, tuple[Message, dict[str, Any]]] = field(default_factory=dict)
     shares: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    loops: dict[str, LoopMemo] = field(default_factory=dict)
+    messages: tuple[Message, ...] = ()
+    dicts: list[dict[str, Any]] = field(default_factory=list)
+    chars: list[int] = field(default_factory=list)
+    """Running total of the messages' text, for the sandbox's input-proportional limits."""
+    tool_specs: tuple[Any, ...] | None = None
+    tools: list[dict[str, Any]] | None = None
 
-    def message(self, message: Message) -> dict[str, Any]:
-        hit = self.dicts.get(id(message))
-        if hit is not None and hit[0] is message:
-            return hit[1]
-        value = message_dict(message)
-        self.dicts[id(message)] = (message, value)
-        return value
+    def template_messages(self, request: Request) -> list[dict[str, Any]]:
+        """``template_input.template_messages``, reusing the dicts of unchanged messages."""
+        new, old = request.messages, self.messages
+        common = len(old) if new[: len(old)] == old else 0
+        if common == 0:
+            common = next((i for i, (a, b) in enumerate(zip(old, new)) if a is not b), 0)
+        del self.dicts[common:], self.chars[common:]
+        total = self.chars[-1] if self.chars else 0
+        for message in new[common:]:
+            self.dicts.append(message_dict(message))
+            total += _message_chars(message)
+            self.chars.append(total)
+        self.messages = new
+        head = [{"role": "system", "content": request.system}] if request.system else []
+        return [*head, *self.dicts] if head else list(self.dicts)
+
+    def template_tools(self, request: Request) -> list[dict[str, Any]] | None:
+        if self.tool_specs is not request.tools:
+            self.tool_specs, self.tools = request.tools, template_tools(request)
+        return self.tools
+
+    def input_chars(self, request: Request) -> int:
+        return len(request.system) + (self.chars[-1] if self.chars else 0)
 
     def trim(self, live: tuple[Message, ...]) -> None:
         if len(self.counts) > MAX_CACHED_PIECES:
             self.counts.clear()
-        if len(self.dicts) > 2 * len(live) + 64:
-            keep = {id(m) for m in live}
-            self.dicts = {k: v for k, v in self.dicts.items() if k in keep}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +86,8 @@ class TemplateScheme:
     tokenizer: ExactTokenizer
     template_name: str | None = None
     """A named template to use (``tool_use``) instead of transformers' choice."""
+    memoise_loop: bool = True
+    """Render the message loop message by message where the template allows it."""
 
     def source(self, tools: Any) -> str:
         return self.template.source(tools=tools is not None, name=self.template_name)
@@ -73,13 +99,19 @@ class TemplateScheme:
         *,
         add_generation_prompt: bool = True,
         source: str | None = None,
+        compiled: Any = None,
+        limits: Limits | None = None,
+        **extra: Any,
     ) -> str:
         return render_template(
             source or self.source(tools),
             messages,
             tools,
             add_generation_prompt=add_generation_prompt,
+            compiled=compiled,
+            limits=limits,
             **dict(self.template.variables),
+            **extra,
         )
 
     def _tokens(self, text: str, cache: PieceCache) -> int:
@@ -96,11 +128,17 @@ class TemplateScheme:
     def count(self, request: Request, cache: PieceCache | None = None) -> RequestCount:
         """The exact total with a per-part breakdown that adds up to it."""
         cache = cache if cache is not None else PieceCache()
-        head = [{"role": "system", "content": request.system}] if request.system else []
-        messages = [*head, *(cache.message(m) for m in request.messages)]
-        tools = template_tools(request)
+        messages = cache.template_messages(request)
+        tools = cache.template_tools(request)
         source = self.source(tools)
-        full = self.render(messages, tools, source=source)
+        head = messages[:1] if request.system else []
+        limits = Limits(input_chars=cache.input_chars(request))
+        plan = plan_loop(source) if self.memoise_loop else None
+        if plan is not None:
+            counted = self._count_by_loop(plan, source, request, messages, tools, cache, limits)
+            if counted is not None:
+                return counted
+        full = self.render(messages, tools, source=source, limits=limits)
         pieces = self.tokenizer.pieces(full)
         counts = self._counts(pieces, cache)
         is_token = [self.tokenizer.is_cut_token(p) for p in pieces]
@@ -122,6 +160,72 @@ class TemplateScheme:
             per_message=tuple(parts),
             floor=system + tools_tokens,
         )
+
+    def _count_by_loop(
+        self,
+        plan: LoopPlan,
+        source: str,
+        request: Request,
+        messages: list[dict[str, Any]],
+        tools: Any,
+        cache: PieceCache,
+        limits: Limits,
+    ) -> RequestCount | None:
+        """The count with the message loop memoised; None when the loop's parts cannot be
+        counted apart (a part that meets its neighbour without an added token between)."""
+        memo = cache.loops.setdefault(source, LoopMemo())
+        tok = self.tokenizer
+        run = memo.callback(
+            plan,
+            lambda text: self._tokens(text, cache),
+            lambda text: (tok.starts_with_cut(text), tok.ends_with_cut(text)),
+        )
+        text = self.render(
+            messages,
+            tools,
+            source=source,
+            compiled=plan.template,
+            limits=limits,
+            ctxbudget_loop=run,
+        )
+        before, marker, after = text.partition(LOOP_MARKER)
+        items = memo.items
+        offset = len(messages) - len(items)
+        suffix = not items or (
+            offset >= 0 and items[0] is messages[offset] and items[-1] is messages[-1]
+        )
+        if not marker or LOOP_MARKER in after or not suffix or not self._apart(before, memo, after):
+            return None
+        h = 1 if request.system else 0
+        head_tokens = self._tokens(before, cache) + sum(memo.counts[: max(0, h - offset)])
+        parts = [0] * max(0, offset - h) + memo.counts[max(0, h - offset) :]
+        tail = self._tokens(after, cache)
+        if parts:
+            parts[-1] += tail
+        else:
+            head_tokens += tail
+        tools_tokens = self._tools_share(source, messages[:h], tools, head_tokens, cache)
+        system = head_tokens - tools_tokens
+        return RequestCount(
+            counter=self.name,
+            kind="exact",
+            total=head_tokens + sum(parts),
+            system=system,
+            tools=tools_tokens,
+            messages=sum(parts),
+            per_message=tuple(parts),
+            floor=system + tools_tokens,
+        )
+
+    def _apart(self, before: str, memo: LoopMemo, after: str) -> bool:
+        """True when every seam between head, loop parts and tail is an added token."""
+        if not memo.texts:
+            return True
+        first, last = memo.texts[0], memo.texts[-1]
+        tok = self.tokenizer
+        head_ok = not before or tok.ends_with_cut(before) or tok.starts_with_cut(first)
+        tail_ok = not after or tok.ends_with_cut(last) or tok.starts_with_cut(after)
+        return memo.seams_apart() and head_ok and tail_ok
 
     def _try_render(self, source: str, messages: list[dict[str, Any]], tools: Any) -> str | None:
         try:
