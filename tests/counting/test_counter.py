@@ -14,6 +14,7 @@ from tests.counting.strategies import messages, texts, tools
 from ctxbudget.counting import RequestCounter, count_request
 from ctxbudget.counting.counter import count_with
 from ctxbudget.counting.select import choose_scheme
+from ctxbudget.errors import InputError
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.tokens.base import Estimator, TokenCounter
 
@@ -76,8 +77,14 @@ def test_incremental_equals_full_recount(
     request = Request(messages=(Message(role="user", content="start"),))
     for edit in steps:
         request = _apply(request, edit)
+        try:
+            expected = count_request(request, counter)
+        except InputError:  # the template refuses the request (Llama: one tool call per turn)
+            with pytest.raises(InputError):
+                incremental.count(request)
+            continue
         got = incremental.count(request)
-        assert got == count_request(request, counter)
+        assert got == expected
         assert got.system + got.tools + got.messages == got.total
         assert sum(got.per_message) == got.messages
 

@@ -187,7 +187,8 @@ class LoopMemo:
 
         def run(messages: list[Any], body: Any, outer: list[Any]) -> str:
             start = self._first_stale(plan, messages, outer)
-            n = len(messages)
+            self.outer = None  # until this render ends: a template that fails midway (its
+            n = len(messages)  # raise_exception) leaves texts the next render must redo
             del self.texts[n:], self.counts[n:], self.edges[n:]
             early = range(min(plan.before, start))  # messages[-1] of the first ones wraps
             changed = [*early, *range(start, n)]
