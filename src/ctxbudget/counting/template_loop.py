@@ -131,7 +131,7 @@ def plan_loop(source: str) -> LoopPlan | None:
     env = environment()
     try:
         tree = env.parse(source)
-    except Exception:  # noqa: BLE001 - any template compile_template accepts parses
+    except Exception:
         return None
     loops = [
         i
@@ -159,7 +159,7 @@ def plan_loop(source: str) -> LoopPlan | None:
     try:
         code = env.compile(tree)
         template = bound_template(env.template_class.from_code(env, code, env.make_globals(None)))
-    except Exception:  # noqa: BLE001 - a rewrite Jinja refuses: render the template whole
+    except Exception:
         return None
     return LoopPlan(template, outer, attrs, before, after)
 
@@ -222,7 +222,7 @@ class LoopMemo:
     def _first_stale(self, plan: LoopPlan, messages: list[Any], outer: list[Any]) -> int:
         try:
             same = self.outer is not None and bool(self.outer == outer)
-        except Exception:  # noqa: BLE001 - a value with a strange __eq__: render everything
+        except Exception:
             same = False
         if not same or plan.loop_attrs & {"length", "revindex", "revindex0"}:
             return 0
