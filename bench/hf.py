@@ -60,12 +60,14 @@ def median(fn: Callable[[], object], repeat: int) -> float:
 
 
 def step(counter: str, base: Request, repeat: int) -> float:
-    """Median seconds to count ``base`` + one new message, ``base`` already counted."""
+    """Median seconds to count ``base`` + one new message, ``base`` already counted; the new
+    message takes the other role than the last one (user after a reply, reply after a user)."""
+    role = "assistant" if base.messages[-1].role == "user" else "user"
     times = []
     for i in range(repeat):
         rc = RequestCounter(counter)
         rc.count(base)
-        new = base.with_messages((*base.messages, Message(role="user", content=f"{i} {NEW}")))
+        new = base.with_messages((*base.messages, Message(role=role, content=f"{i} {NEW}")))
         start = time.perf_counter()
         rc.count(new)
         times.append(time.perf_counter() - start)
@@ -115,20 +117,24 @@ def main() -> None:
             lines += full_counts(f"hf:{path}", path, label)
         lines += ["", "## Step: history + one new message, vs tokenising the new message alone", ""]
         lines += [
-            "| counter | history tokens | step | new message alone | ratio (goal <= 1.3) |",
-            "|---|---|---|---|---|",
+            "| counter | appended | history tokens | step | new message alone |"
+            " ratio (goal <= 1.3) |",
+            "|---|---|---|---|---|---|",
         ]
         counters = {"qwen3": "qwen3", **{k: f"hf:{v}" for k, v in folders.items()}}
         for label, counter in counters.items():
             tokenizer = get_tokenizer(counter)
             alone = median(lambda t=tokenizer: t.encode(f"0 {NEW}"), 50)
             for size in (1_000, 10_000, 100_000, 1_000_000):
-                took = step(counter, conversation(size), 3 if size >= 1_000_000 else 7)
-                lines.append(
-                    f"| {label} | {size:,} | {took * 1e3:.3f} ms | {alone * 1e3:.3f} ms |"
-                    f" {took / alone:.1f}x |"
-                )
-                print(lines[-1], flush=True)
+                even = conversation(size)
+                for base in (even, even.with_messages(even.messages[:-1])):
+                    took = step(counter, base, 3 if size >= 1_000_000 else 7)
+                    kind = "reply" if base.messages[-1].role == "user" else "user turn"
+                    lines.append(
+                        f"| {label} | {kind} | {size:,} | {took * 1e3:.3f} ms |"
+                        f" {alone * 1e3:.3f} ms | {took / alone:.1f}x |"
+                    )
+                    print(lines[-1], flush=True)
     (HERE / "hf.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
