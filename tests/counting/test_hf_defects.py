@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
-from tests.counting.hf_oracle import oracle_count
+from tests.counting.hf_oracle import oracle_count, run_cli
 
 from ctxbudget.cli.request import request_command
 from ctxbudget.counting import RequestCounter, count_request
@@ -133,3 +133,22 @@ def test_builtin_qwen25_is_qwen25(hf_oracle: Oracle) -> None:
     for model in ("qwen2.5", "Qwen/Qwen2.5-7B-Instruct"):
         counted = count_request(_request(body), model=model)
         assert counted.counter == "qwen2.5" and counted.total == oracle_count(tokenizer, body)
+
+
+def test_a_request_transformers_refuses_is_one_line_exit_2(
+    hf_oracle: Oracle, tmp_path: Path
+) -> None:
+    folder, tokenizer = hf_oracle("llama3-cl100k")
+    two_calls = [{"id": f"c{i}", "type": "function",
+                  "function": {"name": "ls", "arguments": "{}"}} for i in (1, 2)]  # fmt: skip
+    messages = [
+        *BODY["messages"][:2],
+        {"role": "assistant", "content": None, "tool_calls": two_calls},
+    ]
+    body = {**BODY, "messages": messages}
+    assert oracle_count(tokenizer, body) is None  # "only supports single tool-calls at once"
+    path = tmp_path / "body.json"
+    path.write_text(json.dumps(body), encoding="utf-8")
+    code, out, err = run_cli(["request", str(path), "--model", f"hf:{folder}"])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "only supports single tool-calls at once" in err
