@@ -272,17 +272,26 @@ class _Watchdog:
         try:
             yield
         finally:
-            with self._wake:
-                if self._due.pop(ident, None) is None:  # fired: drop it if still pending
+            self._leave(ident)
+
+    def _leave(self, ident: int) -> None:
+        """Forget ``ident``'s deadline and any timeout still pending in its thread."""
+        while True:
+            try:
+                with self._wake:
+                    self._due.pop(ident, None)
                     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
+                return
+            except RenderTimeout:  # fired while leaving: the entry may still be there
+                continue
 
     def _run(self) -> None:
         with self._wake:
             while True:
                 now = time.monotonic()
                 for ident, due in list(self._due.items()):
-                    if due <= now:
-                        del self._due[ident]
+                    if due <= now:  # again every 50 ms: a GC callback may swallow one
+                        self._due[ident] = now + 0.05
                         ctypes.pythonapi.PyThreadState_SetAsyncExc(
                             ctypes.c_ulong(ident), ctypes.py_object(RenderTimeout)
                         )
