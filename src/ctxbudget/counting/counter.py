@@ -3,8 +3,8 @@
 For a built-in scheme the incremental counter keeps each message's count with the flags it was
 rendered under; a step re-renders only new messages and those whose flags changed (in Qwen3,
 assistant turns that a new user query moves before the last query lose their reasoning). For a
-Jinja template (``hf:PATH``) a step renders the request once and tokenises only the pieces of
-text it has not seen (``template_count.PieceCache``).
+Jinja template (``hf:PATH``) a step renders what changed and tokenises only the pieces of text it
+has not seen (``template_count.PieceCache``).
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ class RequestCounter:
         scheme = self._scheme
         if isinstance(scheme, TemplateScheme):
             result = scheme.count(request, self._pieces)
-            self._pieces.trim(request.messages)
+            self._pieces.trim()
         else:
             self._update_head(scheme, request)
             self._update_messages(scheme, request.messages)

@@ -1,11 +1,12 @@
 """Count a request rendered by a Jinja chat template: one render, pieces, a cache by text.
 
-Method: render the whole prompt once and cut it before and after every added token that no
-neighbour can change (tokenizers never merge across one); each piece is tokenised alone, and a
-piece seen before is looked up by its text, so a step that appends one message tokenises about
-that message only. Each message owns the pieces from its opening marker (found from where its
-content sits in the prompt) to the next message's; the head owns what comes first, and the
-tools' share of it is the head rendered with tools minus the head rendered without.
+Text is cut before and after every added token that no neighbour can change (tokenizers never
+merge across one); each piece is tokenised alone, and a piece seen before is looked up by its
+text. Where the template's message loop is message-local (``template_loop``), the loop is
+rendered message by message and a step renders only what changed; each message owns its loop
+text. Otherwise the prompt is rendered whole, and each message owns the pieces from its opening
+marker (found from where its content sits) to the next message's. The head owns what comes
+first; the tools' share of it is the head rendered with tools minus the head without.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ class PieceCache:
     def input_chars(self, request: Request) -> int:
         return len(request.system) + (self.chars[-1] if self.chars else 0)
 
-    def trim(self, live: tuple[Message, ...]) -> None:
+    def trim(self) -> None:
+        """Forget the piece counts when there are too many (the next step re-tokenises)."""
         if len(self.counts) > MAX_CACHED_PIECES:
             self.counts.clear()
 
