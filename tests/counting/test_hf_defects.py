@@ -73,54 +73,72 @@ def test_generation_tag_renders_its_body(hf_oracle: Oracle) -> None:
     assert count_request(_request(BODY), f"hf:{folder}").total == oracle_count(tokenizer, BODY)
 
 
-def _with_config(source: Path, target: Path, change: Callable[[dict[str, Any]], None]) -> Path:
-    folder = shutil.copytree(source, target)
-    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+TINY_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+
+def _tiny_folder(root: Path, template: str, change: Callable[[dict[str, Any]], None]) -> Path:
+    """A small trained BPE (loads in milliseconds) with ChatML tokens and the Qwen2.5 template;
+    ``change`` edits its tokenizer_config.json."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=list(TINY_SPECIALS), initial_alphabet=alphabet
+    )
+    tok.train_from_iterator(["List files in the folder", "tool_response a.py b.py"] * 20, trainer)
+    root.mkdir(parents=True)
+    tok.save(str(root / "tokenizer.json"))
+    decoder = {
+        str(tok.token_to_id(t)): {"content": t, "lstrip": False, "normalized": False,
+                                  "rstrip": False, "single_word": False, "special": True}
+        for t in TINY_SPECIALS
+    }  # fmt: skip
+    config = {"added_tokens_decoder": decoder, "chat_template": template,
+              "eos_token": "<|im_end|>", "tokenizer_class": "PreTrainedTokenizerFast"}  # fmt: skip
     change(config)
-    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
-    return folder
+    (root / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return root
 
 
 def test_added_tokens_only_in_tokenizer_config_count_as_transformers(
-    hf_oracle: Oracle, tmp_path: Path
+    qwen25_source: str, tmp_path: Path
 ) -> None:
     from transformers import AutoTokenizer
 
-    source, _ = hf_oracle("qwen2.5")
-
     def add_tool_response(config: dict[str, Any]) -> None:
         for i, text in enumerate(["<tool_response>", "</tool_response>"]):
-            config["added_tokens_decoder"][str(151665 + i)] = {
+            config["added_tokens_decoder"][str(300 + i)] = {
                 "content": text, "lstrip": False, "normalized": False, "rstrip": False,
                 "single_word": False, "special": False,
             }  # fmt: skip
 
-    folder = _with_config(source, tmp_path / "extra", add_tool_response)
+    folder = _tiny_folder(tmp_path / "extra", qwen25_source, add_tool_response)
+    plain = _tiny_folder(tmp_path / "plain", qwen25_source, lambda config: None)
     expected = oracle_count(AutoTokenizer.from_pretrained(str(folder)), BODY)
     assert count_request(_request(BODY), f"hf:{folder}").total == expected
-    plain = count_request(_request(BODY), f"hf:{source}").total
-    assert plain - expected == 5  # issue 11: a Qwen2.5 server is 5 tokens apart per result
+    assert count_request(_request(BODY), f"hf:{plain}").total > expected + 2
 
 
 def test_special_tokens_map_of_a_legacy_folder_counts_as_transformers(
-    hf_oracle: Oracle, tmp_path: Path
+    qwen25_source: str, tmp_path: Path
 ) -> None:
     from transformers import AutoTokenizer
 
-    source, _ = hf_oracle("qwen2.5")
-
     def legacy(config: dict[str, Any]) -> None:
         del config["added_tokens_decoder"]
-        config["chat_template"] = "{{ bos_token }}" + config["chat_template"]
 
-    folder = _with_config(source, tmp_path / "legacy", legacy)
+    template = "{{ bos_token }}" + qwen25_source
+    folder = _tiny_folder(tmp_path / "legacy", template, legacy)
+    without_map = _tiny_folder(tmp_path / "no-map", template, legacy)
     special_map = {"bos_token": {"content": "<|startoftext|>", "lstrip": False,
                    "normalized": False, "rstrip": False, "single_word": False}}  # fmt: skip
     (folder / "special_tokens_map.json").write_text(json.dumps(special_map), encoding="utf-8")
     expected = oracle_count(AutoTokenizer.from_pretrained(str(folder)), BODY)
     got = count_request(_request(BODY), f"hf:{folder}").total
     assert got == expected
-    assert got == count_request(_request(BODY), f"hf:{source}").total + 1  # one new token
+    assert got == count_request(_request(BODY), f"hf:{without_map}").total + 1  # one new token
 
 
 def test_builtin_qwen25_is_qwen25(hf_oracle: Oracle) -> None:
