@@ -2,9 +2,10 @@
 
 Each folder gets 110 generated conversations; each is sent as a request after every user turn
 (>= 200 requests per folder, checked), and each request is counted by ``count_request`` with the
-folder as tokenizer, by one ``RequestCounter(model=...)`` step after step, and by the generic
-Jinja path even where the folder's template is counted natively; the whole conversation also
-through the CLI with ``--tokenizer`` and with ``--model``. The oracle is transformers 4.x.
+folder as tokenizer, by one ``RequestCounter(model=...)`` step after step, and by both Jinja
+paths (message loop memoised, whole render) even where the folder's template is counted
+natively; the whole conversation also through the CLI with ``--tokenizer`` and with ``--model``.
+The oracle is transformers 4.x.
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ from ctxbudget.tokens.registry import get_tokenizer
 Oracle = Callable[[str], tuple[Path, Any]]
 
 
-def _jinja_scheme(name: str) -> TemplateScheme:
-    """The general path (one whole render, pieces), even for a folder counted natively or with
-    its message loop memoised by default."""
+def _jinja_scheme(name: str, memoise_loop: bool) -> TemplateScheme:
+    """A Jinja path even for a folder counted natively by default: the message loop memoised,
+    or the general one (one whole render, pieces)."""
     folder = load_folder_template(name[len("hf:") :])
     tokenizer = get_tokenizer(name)
-    return TemplateScheme(name=name, template=folder, tokenizer=tokenizer, memoise_loop=False)
+    return TemplateScheme(
+        name=name, template=folder, tokenizer=tokenizer, memoise_loop=memoise_loop
+    )
 
 
 def _prefixes(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -55,7 +58,8 @@ def _library(name: str, bodies: list[dict[str, Any]]) -> list[tuple[int | None, 
         doors: list[Callable[[Request], RequestCount]] = [
             lambda r: count_request(r, name),
             counter.count,
-            lambda r: count_with(_jinja_scheme(name), r),
+            lambda r: count_with(_jinja_scheme(name, True), r),
+            lambda r: count_with(_jinja_scheme(name, False), r),
         ]
         counts: list[int | None] = []
         for door in doors:
@@ -94,7 +98,7 @@ def test_every_door_counts_what_transformers_counts(
     def check(body: dict[str, Any]) -> None:
         requests = _prefixes(body)
         expected = [oracle_count(tokenizer, b) for b in requests]
-        assert _library(name, requests) == [(n, n, n) for n in expected], body
+        assert _library(name, requests) == [(n, n, n, n) for n in expected], body
         assert _cli("--tokenizer", name, body, body_file) == expected[-1], body
         assert _cli("--model", name, body, body_file) == expected[-1], body
         seen.extend(expected)

@@ -31,6 +31,8 @@ MAX_VALUE_CHARS = 8 * 2**20
 """Longest string or list a template may build beyond its input (8 Mi characters or items)."""
 MAX_OUTPUT_CHARS = 64 * 2**20
 """Longest rendered prompt beyond twice the input text (a 1M-token prompt is ~5 Mi chars)."""
+MAX_ITEMS = 200_000
+"""Longest list or tuple a template may build beyond its input (``range`` stops at 100,000)."""
 MAX_INT_BITS = 4096
 """Largest integer an operator may produce (``9 ** 999999`` is refused, ``2 ** 64`` is fine)."""
 MAX_ARGUMENT = 1_000_000
@@ -75,11 +77,13 @@ def _refuse(what: str) -> SecurityError:
 
 
 def _check_size(value: Any) -> Any:
-    if (
-        isinstance(value, Sized)
-        and not isinstance(value, dict)
-        and len(value) > _limits().max_value
-    ):
+    if isinstance(value, str | bytes):
+        limit = _limits().max_value
+    elif isinstance(value, Sized) and not isinstance(value, dict):
+        limit = MAX_ITEMS + _limits().input_chars  # each item is an object: far heavier
+    else:
+        return value
+    if len(value) > limit:
         raise _refuse(f"a value of {len(value):,} items")
     return value
 
@@ -98,7 +102,8 @@ def _check_binop(operator: str, left: Any, right: Any) -> None:
     if operator == "*":
         for seq, times in ((left, right), (right, left)):
             size = _seq_len(seq)
-            if size is not None and isinstance(times, int) and size * times > limit:
+            cap = limit if isinstance(seq, str) else MAX_ITEMS + _limits().input_chars
+            if size is not None and isinstance(times, int) and size * times > cap:
                 raise _refuse(f"a sequence of {size:,} x {times:,}")
         ints = isinstance(left, int) and isinstance(right, int)
         if ints and left.bit_length() + right.bit_length() > MAX_INT_BITS:

@@ -20,6 +20,7 @@ _BODY, _LOOP = "ctxbudget_loop_body", "ctxbudget_loop"
 _POSITION = frozenset({"index0", "index", "first"})
 _END = frozenset({"last", "length", "revindex", "revindex0"})
 _RESERVED = frozenset({"caller", "varargs", "kwargs", _BODY, _LOOP})
+_CHANGING = frozenset({"strftime_now", "lipsum", "cycler", "joiner"})  # clock, random, state
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +86,13 @@ def _analyse(body: list[Any], target: str) -> tuple[tuple[str, ...], frozenset[s
     """What the body depends on; raises ValueError when it is not one message's rendering."""
     from jinja2 import nodes
 
-    found: list[Any] = [n for node in body for n in node.find_all(nodes.Node)]
-    if any(isinstance(n, nodes.NSRef | nodes.Break | nodes.Continue) for n in found):
+    found: list[Any] = [n for node in body for n in (node, *node.find_all(nodes.Node))]
+    stateful = nodes.NSRef | nodes.Break | nodes.Continue | nodes.Macro | nodes.CallBlock
+    if any(isinstance(n, stateful) for n in found):
         raise ValueError("the body keeps state across messages")
+    inner = [n for f in found if isinstance(f, nodes.For) for n in f.find_all(nodes.Name)]
+    if any(n.name == "messages" for n in inner):  # its loop.index0 is the inner loop's
+        raise ValueError("a nested loop reads messages")
     loop_attrs = {
         n.attr for n in found if isinstance(n, nodes.Getattr) and _is_name(n.node, "loop")
     }
@@ -104,6 +109,8 @@ def _analyse(body: list[Any], target: str) -> tuple[tuple[str, ...], frozenset[s
     names = sorted({n.name for n in uses} - {target, "loop", "messages"})
     if _RESERVED & {*names, target}:
         raise ValueError("the body uses a macro's reserved names")
+    if _CHANGING & {*names}:
+        raise ValueError("the body's text may change between renders of the same input")
     steps = [o for o in offsets if o is not None]
     return (
         tuple(names),
