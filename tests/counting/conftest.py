@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,3 +24,23 @@ def qwen25_source(templates_dir: Path) -> str:
 @pytest.fixture(scope="session")
 def qwen3_tokenizer() -> ExactTokenizer:
     return get_tokenizer("qwen3")
+
+
+HF_FOLDERS = ("qwen2.5", "smollm3-template", "hermes-2-pro-template", "llama3-cl100k")
+
+
+@pytest.fixture(scope="session")
+def hf_oracle(hf_folder: Callable[[str], Path]) -> Callable[[str], tuple[Path, Any]]:
+    """``hf_oracle(name)``: the unpacked folder and transformers' tokenizer for it (each loaded
+    once per session: importing transformers takes seconds)."""
+    loaded: dict[str, tuple[Path, Any]] = {}
+
+    def load(name: str) -> tuple[Path, Any]:
+        if name not in loaded:
+            from transformers import AutoTokenizer
+
+            folder = hf_folder(name)
+            loaded[name] = (folder, AutoTokenizer.from_pretrained(str(folder)))
+        return loaded[name]
+
+    return load

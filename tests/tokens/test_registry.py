@@ -114,7 +114,7 @@ def test_qwen3_normalises_to_nfc() -> None:
 
 @pytest.mark.parametrize(
     ("alias", "canonical"),
-    [("qwen2", "qwen3"), ("qwen2.5", "qwen3"), ("qwen3.5", "qwen3.6"), ("QWEN3", "qwen3")],
+    [("qwen2", "qwen2.5"), ("Qwen2.5", "qwen2.5"), ("qwen3.5", "qwen3.6"), ("QWEN3", "qwen3")],
 )
 def test_aliases_resolve_to_the_same_tokenizer(alias: str, canonical: str) -> None:
     assert get_tokenizer(alias) is get_tokenizer(canonical)
@@ -209,7 +209,8 @@ def test_hf_bad_paths_are_one_line_input_errors(tmp_path: Path, content: bytes |
         ("gpt-3.5-turbo-0125", ("tokenizer", "cl100k_base")),
         ("openai/gpt-4o", ("tokenizer", "o200k_base")),
         ("Qwen/Qwen3-8B", ("tokenizer", "qwen3")),
-        ("qwen2.5-coder:7b", ("tokenizer", "qwen3")),
+        ("qwen2.5-coder:7b", ("tokenizer", "qwen2.5")),
+        ("hf:/models/gpt-oss", ("tokenizer", "hf:/models/gpt-oss")),
         ("qwen3:0.6b", ("tokenizer", "qwen3")),
         ("qwen3.5-27b", ("tokenizer", "qwen3.6")),
         ("Qwen3.6-35B-A3B", ("tokenizer", "qwen3.6")),

@@ -1,8 +1,10 @@
 """Count whole requests: ``count_request`` once, or ``RequestCounter`` step after step.
 
-The incremental counter keeps each message's count with the flags it was rendered under; a
-step re-renders only new messages and those whose flags changed (in Qwen3, assistant turns
-that a new user query moves before the last query lose their reasoning).
+For a built-in scheme the incremental counter keeps each message's count with the flags it was
+rendered under; a step re-renders only new messages and those whose flags changed (in Qwen3,
+assistant turns that a new user query moves before the last query lose their reasoning). For a
+Jinja template (``hf:PATH``) a step renders what changed and tokenises only the pieces of text it
+has not seen (``template_count.PieceCache``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 from ctxbudget.counting.result import RequestCount
 from ctxbudget.counting.scheme import NO_PIVOT, Scheme
 from ctxbudget.counting.select import choose_scheme, counter_name_for_model
-from ctxbudget.counting.template_count import TemplateScheme
+from ctxbudget.counting.template_count import PieceCache, TemplateScheme
 from ctxbudget.messages.model import Message, Request, ToolSpec
 from ctxbudget.tokens.base import CounterKind, TokenCounter
 from ctxbudget.tokens.select import GENERIC_ESTIMATOR
@@ -85,11 +87,15 @@ class RequestCounter:
 
     def __init__(
         self,
-        counter: str | TokenCounter = GENERIC_ESTIMATOR,
+        counter: str | TokenCounter | None = None,
         *,
         template: str | None = None,
         model: str | None = None,
     ) -> None:
+        """``counter`` as in ``count_request``; by default it follows ``model`` (``hf:PATH``:
+        that folder's tokenizer and template), else the generic estimate."""
+        if counter is None:
+            counter = counter_name_for_model(model) if model else GENERIC_ESTIMATOR
         self._scheme = choose_scheme(counter, template=template, model=model)
         self.name: str = self._scheme.name
         self.kind: CounterKind = (
@@ -106,6 +112,7 @@ class RequestCounter:
         self._high = 0
         """The most messages a counted request has held: the cache keeps at least that many."""
         self._last: tuple[Request, RequestCount] | None = None
+        self._pieces = PieceCache()
 
     def count(self, request: Request) -> RequestCount:
         """The count of ``request``, equal to ``count_request`` with the same counter."""
@@ -114,7 +121,8 @@ class RequestCounter:
             return last[1]  # a loop often counts one request several times: before, at send
         scheme = self._scheme
         if isinstance(scheme, TemplateScheme):
-            result = scheme.count(request)
+            result = scheme.count(request, self._pieces)
+            self._pieces.trim()
         else:
             self._update_head(scheme, request)
             self._update_messages(scheme, request.messages)

@@ -1,8 +1,9 @@
-"""Render a model folder's own chat template in a sandbox, as transformers and vLLM do.
+"""Render a model folder's own chat template in a sandbox, as transformers 4.x and vLLM do.
 
 The environment offers what transformers offers templates: ``tojson`` (``ensure_ascii=False``),
-``raise_exception``, ``strftime_now``, loop controls, ``trim_blocks`` and ``lstrip_blocks``.
-A template that reaches for Python internals fails with an ``InputError``.
+``raise_exception``, ``strftime_now``, ``{% generation %}``, loop controls, ``trim_blocks`` and
+``lstrip_blocks``. A template that reaches for Python internals, or past the sandbox's time and
+size limits, fails with a one-line ``InputError``.
 """
 
 from __future__ import annotations
@@ -10,13 +11,17 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from ctxbudget.counting.template_input import tojson
+from ctxbudget.counting.template_input import plain, tojson
 from ctxbudget.errors import InputError
+from ctxbudget.tokens.hf_folder import folder_root, folder_tokens, read_json
+
+if TYPE_CHECKING:
+    from ctxbudget.counting.sandbox import Limits
 
 
 def _raise_exception(message: str) -> NoReturn:
@@ -29,48 +34,81 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+MAX_JSON_INDENT = 64  # transformers passes any indent; templates use 2 or 4
+
+
 def _tojson(
     value: Any,
     ensure_ascii: bool = False,
-    indent: int | None = None,
+    indent: int | str | None = None,
     separators: tuple[str, str] | None = None,
     sort_keys: bool = False,
 ) -> str:
     if not ensure_ascii and indent is None and separators is None and not sort_keys:
         return tojson(value)
+    width = indent if isinstance(indent, int) else len(indent or "")
+    if width > MAX_JSON_INDENT:
+        from jinja2.exceptions import SecurityError
+
+        raise SecurityError(f"tojson indent {indent!r} exceeds the template sandbox's limits")
     return json.dumps(
-        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+        plain(value),
+        ensure_ascii=ensure_ascii,
+        indent=indent,
+        separators=separators,
+        sort_keys=sort_keys,
     )
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> Any:
+    """transformers' sandboxed environment, with ctxbudget's bounds on time and memory
+    (:mod:`ctxbudget.counting.sandbox`)."""
+    from jinja2.ext import loopcontrols
+
+    from ctxbudget.counting.sandbox import BoundedSandbox, GenerationTag
+
+    env = BoundedSandbox(
+        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, loopcontrols]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
 
 
 @functools.lru_cache(maxsize=32)
 def compile_template(source: str) -> Any:
-    """The template compiled in transformers' sandboxed environment (cached by source)."""
+    """The template compiled in :func:`environment` (cached by source)."""
     from jinja2 import TemplateError
-    from jinja2.ext import loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    class StrictSandbox(ImmutableSandboxedEnvironment):
-        """Refuses unsafe attributes with an error instead of rendering them as empty."""
+    from ctxbudget.counting.sandbox import bound_template
 
-        def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
-            from jinja2.exceptions import SecurityError
-
-            raise SecurityError(f"access to attribute {attribute!r} is not allowed")
-
-    env = StrictSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
     try:
-        return env.from_string(source)
+        return bound_template(environment().from_string(source))
     except TemplateError as exc:
         raise InputError(f"chat template does not compile: {_first_line(exc)}") from exc
+    except Exception as exc:  # the template is untrusted text: any parser failure is its own
+        raise InputError(f"chat template does not compile: {type(exc).__name__}") from exc
 
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _input_chars(value: Any) -> int:
+    """Characters of text in ``value`` (the render's input), walked without recursion."""
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return total
 
 
 def render_template(
@@ -79,67 +117,86 @@ def render_template(
     tools: list[dict[str, Any]] | None = None,
     *,
     add_generation_prompt: bool = True,
+    limits: Limits | None = None,
+    compiled: Any = None,
     **extra: Any,
 ) -> str:
-    """Render ``source`` as a server renders a chat request; template failures are InputError."""
+    """Render ``source`` as a server renders a chat request, within ``limits`` (time, size);
+    any failure of the template's code is an InputError of one line."""
     from jinja2 import TemplateError
 
-    template = compile_template(source)
+    from ctxbudget.counting.sandbox import Limits, render_bounded
+
+    template = compiled if compiled is not None else compile_template(source)
+    variables = {"messages": messages, "tools": tools, "documents": None, **extra}
+    variables["add_generation_prompt"] = add_generation_prompt
+    chosen = limits or Limits(input_chars=_input_chars([messages, tools]))
     try:
-        text: str = template.render(
-            messages=messages, tools=tools, add_generation_prompt=add_generation_prompt, **extra
-        )
+        return render_bounded(template, variables, chosen)
     except TemplateError as exc:  # SecurityError, UndefinedError and raise_exception included
         what = "refused by the sandbox" if type(exc).__name__ == "SecurityError" else "failed"
         raise InputError(f"chat template {what}: {_first_line(exc)}") from exc
-    except Exception as exc:  # the template is untrusted code: any failure in it is its own
+    except (Exception, RecursionError) as exc:  # the template is untrusted code: any failure
         raise InputError(f"chat template failed: {type(exc).__name__}: {_first_line(exc)}") from exc
-    return text
 
 
-def _token_text(value: Any) -> str | None:
+@dataclass(frozen=True, slots=True)
+class FolderTemplate:
+    """A model folder's chat template(s) and the special-token variables every one receives."""
+
+    templates: tuple[tuple[str, str], ...]
+    """``(name, source)``; one unnamed (``""``) template, or a list such as default/tool_use."""
+    variables: tuple[tuple[str, Any], ...] = ()
+
+    def source(self, *, tools: bool, name: str | None = None) -> str:
+        """The template transformers 4.57 picks (``get_chat_template``): the one asked for,
+        else ``tool_use`` when tools are passed, else ``default``."""
+        named = dict(self.templates)
+        if "" in named:
+            return named[""]
+        for choice in (name, "tool_use" if tools else None, "default"):
+            if choice is not None and choice in named:
+                return named[choice]
+        raise InputError(
+            f"the folder has chat templates {sorted(named)} and none called 'default'; pass a"
+            " template name"
+        )
+
+
+def _named_templates(value: Any) -> tuple[tuple[str, str], ...] | None:
     if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
-        return str(value["content"])
+        return (("", value),)
+    if isinstance(value, list):
+        pairs = tuple(
+            (str(t["name"]), t["template"])
+            for t in value
+            if isinstance(t, Mapping) and isinstance(t.get("template"), str) and t.get("name")
+        )
+        return pairs or None
     return None
 
 
 @functools.lru_cache(maxsize=16)
-def load_folder_template(folder: str) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """A model folder's chat template and its special-token variables (bos_token, ...).
+def load_folder_template(folder: str) -> FolderTemplate:
+    """A model folder's chat template(s) and special-token variables (bos_token, ...).
 
     ``chat_template.jinja`` wins over ``tokenizer_config.json``'s ``chat_template``, as in
-    transformers 4.43+; a list of named templates gives the one called ``default``.
+    transformers 4.43+; a list of ``{name, template}`` keeps every named template.
     """
-    root = Path(folder).expanduser()
-    if root.is_file():
-        root = root.parent
-    config_path = root / "tokenizer_config.json"
-    config: dict[str, Any] = {}
-    if config_path.is_file():
-        try:
-            config = json.loads(config_path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise InputError(f"{config_path}: not valid JSON ({_first_line(exc)})") from exc
-    extras = tuple(
-        (key, text)
-        for key in ("bos_token", "eos_token", "unk_token", "pad_token")
-        if (text := _token_text(config.get(key))) is not None
-    )
+    root = folder_root(folder)
+    config = read_json(root / "tokenizer_config.json")
+    variables = folder_tokens(str(root)).template_variables()
     jinja_file = root / "chat_template.jinja"
     if jinja_file.is_file():
-        return jinja_file.read_text(encoding="utf-8"), extras
-    template = config.get("chat_template")
-    if isinstance(template, list):
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, Mapping)}
-        template = named.get("default")
-    if not isinstance(template, str):
+        text = jinja_file.read_text(encoding="utf-8", errors="replace")
+        return FolderTemplate(templates=(("", text),), variables=variables)
+    templates = _named_templates(config.get("chat_template"))
+    if templates is None:
         raise InputError(
             f"{root}: no chat template; add chat_template.jinja or a chat_template string to"
             " tokenizer_config.json"
         )
-    return template, extras
+    return FolderTemplate(templates=templates, variables=variables)
 
 
 def packaged_template(name: str) -> str:

@@ -28,6 +28,17 @@ TOOLS_OUTRO = (
 )
 NO_THINKING = "<think>\n\n</think>\n\n"
 
+# SHA-256 of the template texts these renderers equal (tests/data/chat_templates, the real
+# Qwen/Qwen2.5-7B-Instruct and Qwen/Qwen3-0.6B tokenizer_config.json): a model folder that
+# carries one of them is counted natively, message by message.
+NATIVE_TEMPLATES = {
+    "cd8e9439f0570856fd70470bf8889ebd8b5d1107207f67a5efb46e342330527f": "qwen2.5",
+    "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5": "qwen3",
+}
+# Where the native renderers cut a prompt: every cut is next to one of these, or (Qwen2.5
+# tool results) at ">\n" | "<", a boundary of Qwen's pre-tokenizer pattern.
+NATIVE_CUT_TOKENS = ("<|im_start|>", "<|im_end|>")
+
 
 def _turn(role: str, text: str) -> str:
     return f"<|im_start|>{role}\n{text}<|im_end|>\n"
@@ -38,9 +49,11 @@ def _tools_block(request: Request) -> str:
 
 
 def _tool_message(message: Message, opens: bool, closes: bool) -> str:
-    head = "<|im_start|>user" if opens else ""
-    tail = "<|im_end|>\n" if closes else ""
-    return f"{head}\n<tool_response>\n{message_text(message)}\n</tool_response>{tail}"
+    # The newline between two results ends the first: Qwen2.5 has no <tool_response> token,
+    # and ">\n" | "<" is a pre-token boundary where "</tool_response>" | "\n<" is not.
+    head = "<|im_start|>user\n" if opens else ""
+    tail = "<|im_end|>\n" if closes else "\n"
+    return f"{head}<tool_response>\n{message_text(message)}\n</tool_response>{tail}"
 
 
 def _tool_neighbours(messages: Sequence[Message], index: int) -> tuple[bool, bool]:
@@ -182,9 +195,13 @@ class QwenScheme:
     template: str = "qwen3"
     """``qwen3`` or ``qwen2.5``."""
     enable_thinking: bool = True
+    label: str | None = None
+    """The counter's name when it is not the tokenizer's or template's (an ``hf:`` folder)."""
 
     @property
     def name(self) -> str:
+        if self.label is not None:
+            return self.label
         return self.tokenizer.name if self.template == "qwen3" else self.template
 
     @property

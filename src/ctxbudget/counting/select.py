@@ -2,42 +2,46 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from ctxbudget.counting.estimate_rules import EstimateScheme, tool_prompt_tokens
-from ctxbudget.counting.hf import load_folder_template, packaged_template
+from ctxbudget.counting.hf import FolderTemplate, load_folder_template, packaged_template
 from ctxbudget.counting.openai_rules import OpenAIScheme
-from ctxbudget.counting.qwen import QwenScheme
+from ctxbudget.counting.qwen import NATIVE_CUT_TOKENS, NATIVE_TEMPLATES, QwenScheme
 from ctxbudget.counting.scheme import Scheme
 from ctxbudget.counting.template_count import TemplateScheme
 from ctxbudget.errors import UnknownNameError
 from ctxbudget.tokens.base import TokenCounter
-from ctxbudget.tokens.registry import HF_PREFIX, ExactTokenizer, get_tokenizer, tokenizer_for_model
+from ctxbudget.tokens.registry import (
+    HF_PREFIX,
+    QWEN_PATTERN,
+    ExactTokenizer,
+    get_tokenizer,
+    tokenizer_for_model,
+)
 from ctxbudget.tokens.select import GENERIC_ESTIMATOR, get_counter
 
 TEMPLATES = ("qwen3", "qwen2.5", "qwen3.5", "openai", "estimate")
-"""Template names ``template=`` accepts; ``hf:PATH`` names a model folder's own template."""
+"""Template names ``template=`` accepts; ``hf:PATH`` names a model folder's own template, and
+``hf:PATH#NAME`` one of its named templates (``tool_use``)."""
 
-_QWEN25_NAMES = frozenset({"qwen2", "qwen2.5"})
 _QWEN36_NAMES = frozenset({"qwen3.6", "qwen3.5"})
 
 
 def counter_name_for_model(model: str | None) -> str:
-    """The counter for a model name (Qwen2/2.5 models keep their own template's name); the
+    """The counter for a model name (``hf:PATH``: that folder's tokenizer and template); the
     generic estimator for a model without a public tokenizer, or no model at all."""
     if not model:
         return GENERIC_ESTIMATOR
-    kind, name = tokenizer_for_model(model)
-    if kind == "tokenizer" and model.strip().lower().rsplit("/", 1)[-1].startswith("qwen2"):
-        return "qwen2.5"
-    return name
+    return tokenizer_for_model(model)[1]
 
 
-def _default_template(requested: str, counter: TokenCounter) -> str:
-    key = requested.strip().lower()
+def _default_template(counter: TokenCounter) -> str:
     if counter.kind != "exact":
         return "estimate"
     if counter.name.startswith(HF_PREFIX):
         return counter.name
-    if key in _QWEN25_NAMES:
+    if counter.name == "qwen2.5":
         return "qwen2.5"
     if counter.name in _QWEN36_NAMES:
         return "qwen3.5"
@@ -49,24 +53,41 @@ def _default_template(requested: str, counter: TokenCounter) -> str:
 def choose_scheme(
     counter: str | TokenCounter, *, template: str | None = None, model: str | None = None
 ) -> Scheme | TemplateScheme:
-    """The scheme for a counter name (kept as asked, so ``qwen2.5`` picks its own template)."""
-    requested = counter if isinstance(counter, str) else counter.name
+    """The scheme for a counter name: its tokenizer with the template that goes with it."""
     resolved = get_counter(counter) if isinstance(counter, str) else counter
-    chosen = template or _default_template(requested, resolved)
+    chosen = template or _default_template(resolved)
     if chosen.startswith(HF_PREFIX):
-        source, extras = load_folder_template(chosen[len(HF_PREFIX) :])
-        tokenizer = _exact(resolved, chosen)
-        return TemplateScheme(name=resolved.name, source=source, tokenizer=tokenizer, extra=extras)
+        path, _, name = chosen[len(HF_PREFIX) :].partition("#")
+        folder = load_folder_template(path)
+        tokenizer = _exact(resolved, f"{HF_PREFIX}{path}")
+        native = _native(folder, tokenizer, name)
+        if native is not None:
+            return QwenScheme(tokenizer=tokenizer, template=native, label=resolved.name)
+        return TemplateScheme(
+            name=resolved.name, template=folder, tokenizer=tokenizer, template_name=name or None
+        )
     if chosen in ("qwen3", "qwen2.5"):
         return QwenScheme(tokenizer=_exact(resolved, chosen), template=chosen)
     if chosen == "qwen3.5":
-        source = packaged_template("qwen3.5.jinja")
-        return TemplateScheme(name=resolved.name, source=source, tokenizer=_exact(resolved, chosen))
+        folder = FolderTemplate(templates=(("", packaged_template("qwen3.5.jinja")),))
+        return TemplateScheme(
+            name=resolved.name, template=folder, tokenizer=_exact(resolved, chosen)
+        )
     if chosen == "openai":
         return OpenAIScheme(resolved)
     if chosen == "estimate":
         return EstimateScheme(resolved, tool_prompt_tokens(model))
     raise UnknownNameError("template", chosen, [*TEMPLATES, "hf:PATH"])
+
+
+def _native(folder: FolderTemplate, tokenizer: ExactTokenizer, name: str) -> str | None:
+    """``qwen2.5`` / ``qwen3`` when the folder's template is one of the native renderers' own
+    and its tokenizer cuts where they cut (Qwen's pre-tokenizer), else None."""
+    if name or len(folder.templates) != 1:
+        return None
+    native = NATIVE_TEMPLATES.get(hashlib.sha256(folder.templates[0][1].encode()).hexdigest())
+    cuts = all(tokenizer.is_cut_token(t) for t in NATIVE_CUT_TOKENS)
+    return native if cuts and tokenizer.pattern == QWEN_PATTERN else None
 
 
 def _exact(counter: TokenCounter, template: str) -> ExactTokenizer:

@@ -1,41 +1,99 @@
-"""Count a request rendered by a Jinja chat template, attributing tokens by prefix renders.
+"""Count a request rendered by a Jinja chat template: one render, pieces, a cache by text.
 
-Method: render the whole prompt once; render each prefix ``messages[:k]`` without the
-generation prompt; the part of message k is the text between the common prefixes of the
-whole prompt with renders k-1 and k. Each part is tokenised alone; tokens merged across a cut
-(rare: cuts fall on role markers) go to the last part, so the parts add up to the total.
-The tools' share of the head is the difference of the head rendered with and without tools.
+Text is cut before and after every added token that no neighbour can change (tokenizers never
+merge across one); each piece is tokenised alone, and a piece seen before is looked up by its
+text. Where the template's message loop is message-local (``template_loop``), the loop is
+rendered message by message and a step renders only what changed; each message owns its loop
+text. Otherwise the prompt is rendered whole, and each message owns the pieces from its opening
+marker (found from where its content sits) to the next message's. The head owns what comes
+first; the tools' share of it is the head rendered with tools minus the head without.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
-import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ctxbudget.counting.hf import render_template
+from ctxbudget.counting.hf import FolderTemplate, render_template
 from ctxbudget.counting.result import RequestCount
-from ctxbudget.counting.template_input import template_messages, template_tools
+from ctxbudget.counting.sandbox import Limits
+from ctxbudget.counting.template_input import message_dict, message_text, template_tools
+from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
 from ctxbudget.errors import InputError
-from ctxbudget.messages.model import Request
+from ctxbudget.messages.model import Message, Request
 from ctxbudget.tokens.registry import ExactTokenizer
 
 _PLACEHOLDER = "\ue000ctxbudget-cut\ue000"  # private-use characters: never in a template
+MAX_CACHED_PIECES = 200_000
 
 
-def _common_prefix(a: str, b: str) -> int:
-    return len(os.path.commonprefix([a, b]))  # noqa: RUF071 - a character prefix is meant
+def _message_chars(message: Message) -> int:
+    return len(message_text(message)) + sum(len(c.arguments) for c in message.tool_calls)
+
+
+@dataclass(slots=True)
+class PieceCache:
+    """What one ``RequestCounter`` keeps between steps of a template scheme: token counts of
+    rendered pieces by text, the template dicts of the last request's messages, the loop memo.
+    """
+
+    counts: dict[str, int] = field(default_factory=dict)
+    shares: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    loops: dict[str, LoopMemo] = field(default_factory=dict)
+    messages: tuple[Message, ...] = ()
+    dicts: list[dict[str, Any]] = field(default_factory=list)
+    chars: list[int] = field(default_factory=list)
+    """Running total of the messages' text, for the sandbox's input-proportional limits."""
+    tool_specs: tuple[Any, ...] | None = None
+    tools: list[dict[str, Any]] | None = None
+
+    def template_messages(self, request: Request) -> list[dict[str, Any]]:
+        """``template_input.template_messages``, reusing the dicts of unchanged messages."""
+        new, old = request.messages, self.messages
+        common = len(old) if new[: len(old)] == old else 0
+        if common == 0:
+            pairs = enumerate(zip(old, new, strict=False))
+            common = next((i for i, (a, b) in pairs if a is not b), min(len(old), len(new)))
+        del self.dicts[common:], self.chars[common:]
+        total = self.chars[-1] if self.chars else 0
+        for message in new[common:]:
+            self.dicts.append(message_dict(message))
+            total += _message_chars(message)
+            self.chars.append(total)
+        self.messages = new
+        head = [{"role": "system", "content": request.system}] if request.system else []
+        return [*head, *self.dicts] if head else list(self.dicts)
+
+    def template_tools(self, request: Request) -> list[dict[str, Any]] | None:
+        if self.tool_specs is not request.tools:
+            self.tool_specs, self.tools = request.tools, template_tools(request)
+        return self.tools
+
+    def input_chars(self, request: Request) -> int:
+        return len(request.system) + (self.chars[-1] if self.chars else 0)
+
+    def trim(self) -> None:
+        """Forget the piece counts when there are too many (the next step re-tokenises)."""
+        if len(self.counts) > MAX_CACHED_PIECES:
+            self.counts.clear()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TemplateScheme:
-    """A chat template source, the tokenizer that goes with it, and extra template variables."""
+    """A chat template (or a folder's named templates), its tokenizer and template variables."""
 
     name: str
-    source: str
+    template: FolderTemplate
     tokenizer: ExactTokenizer
-    extra: tuple[tuple[str, Any], ...] = ()
+    template_name: str | None = None
+    """A named template to use (``tool_use``) instead of transformers' choice."""
+    memoise_loop: bool = True
+    """Render the message loop message by message where the template allows it."""
+
+    def source(self, tools: Any) -> str:
+        return self.template.source(tools=tools is not None, name=self.template_name)
 
     def render(
         self,
@@ -43,30 +101,150 @@ class TemplateScheme:
         tools: list[dict[str, Any]] | None,
         *,
         add_generation_prompt: bool = True,
+        source: str | None = None,
+        compiled: Any = None,
+        limits: Limits | None = None,
+        **extra: Any,
     ) -> str:
         return render_template(
-            self.source,
+            source or self.source(tools),
             messages,
             tools,
             add_generation_prompt=add_generation_prompt,
-            **dict(self.extra),
+            compiled=compiled,
+            limits=limits,
+            **dict(self.template.variables),
+            **extra,
         )
 
-    def _try_render(self, messages: list[dict[str, Any]], tools: Any) -> str | None:
+    def _tokens(self, text: str, cache: PieceCache) -> int:
+        return sum(self._counts(self.tokenizer.pieces(text), cache))
+
+    def _counts(self, pieces: list[str], cache: PieceCache) -> list[int]:
+        """Each piece's count: from the cache, the new ones tokenised in one batch."""
+        counts = cache.counts
+        new = list({p: None for p in pieces if p not in counts})
+        if new:
+            counts.update(zip(new, self.tokenizer.count_special_many(new), strict=True))
+        return [counts[p] for p in pieces]
+
+    def count(self, request: Request, cache: PieceCache | None = None) -> RequestCount:
+        """The exact total with a per-part breakdown that adds up to it."""
+        cache = cache if cache is not None else PieceCache()
+        messages = cache.template_messages(request)
+        tools = cache.template_tools(request)
+        source = self.source(tools)
+        head = messages[:1] if request.system else []
+        limits = Limits(input_chars=cache.input_chars(request))
+        plan = plan_loop(source) if self.memoise_loop else None
+        if plan is not None:
+            counted = self._count_by_loop(plan, source, request, messages, tools, cache, limits)
+            if counted is not None:
+                return counted
+        full = self.render(messages, tools, source=source, limits=limits)
+        pieces = self.tokenizer.pieces(full)
+        counts = self._counts(pieces, cache)
+        is_token = [self.tokenizer.is_cut_token(p) for p in pieces]
+        firsts = _message_pieces(full, pieces, is_token, messages)[len(head) :]
+        bounds = [firsts[0] if firsts else len(pieces), *firsts[1:], len(pieces)]
+        head_tokens = sum(counts[: bounds[0]])
+        parts = [sum(counts[a:b]) for a, b in itertools.pairwise(bounds)]
+        tools_tokens = self._tools_share(source, messages[: len(head)], tools, head_tokens, cache)
+        system = head_tokens - tools_tokens
+        if not request.messages:
+            parts = []
+        return RequestCount(
+            counter=self.name,
+            kind="exact",
+            total=sum(counts),
+            system=system,
+            tools=tools_tokens,
+            messages=sum(parts),
+            per_message=tuple(parts),
+            floor=system + tools_tokens,
+        )
+
+    def _count_by_loop(
+        self,
+        plan: LoopPlan,
+        source: str,
+        request: Request,
+        messages: list[dict[str, Any]],
+        tools: Any,
+        cache: PieceCache,
+        limits: Limits,
+    ) -> RequestCount | None:
+        """The count with the message loop memoised; None when the loop's parts cannot be
+        counted apart (a part that meets its neighbour without an added token between)."""
+        memo = cache.loops.setdefault(source, LoopMemo())
+        tok = self.tokenizer
+        run = memo.callback(
+            plan,
+            lambda text: self._tokens(text, cache),
+            lambda text: (tok.starts_with_cut(text), tok.ends_with_cut(text)),
+        )
+        text = self.render(
+            messages,
+            tools,
+            source=source,
+            compiled=plan.template,
+            limits=limits,
+            ctxbudget_loop=run,
+        )
+        before, marker, after = text.partition(LOOP_MARKER)
+        items = memo.items
+        offset = len(messages) - len(items)
+        suffix = not items or (
+            offset >= 0 and items[0] is messages[offset] and items[-1] is messages[-1]
+        )
+        if not marker or LOOP_MARKER in after or not suffix or not self._apart(before, memo, after):
+            return None
+        h = 1 if request.system else 0
+        head_tokens = self._tokens(before, cache) + sum(memo.counts[: max(0, h - offset)])
+        parts = [0] * max(0, offset - h) + memo.counts[max(0, h - offset) :]
+        tail = self._tokens(after, cache)
+        if parts:
+            parts[-1] += tail
+        else:
+            head_tokens += tail
+        tools_tokens = self._tools_share(source, messages[:h], tools, head_tokens, cache)
+        system = head_tokens - tools_tokens
+        return RequestCount(
+            counter=self.name,
+            kind="exact",
+            total=head_tokens + sum(parts),
+            system=system,
+            tools=tools_tokens,
+            messages=sum(parts),
+            per_message=tuple(parts),
+            floor=system + tools_tokens,
+        )
+
+    def _apart(self, before: str, memo: LoopMemo, after: str) -> bool:
+        """True when every seam between head, loop parts and tail is an added token."""
+        if not memo.texts:
+            return True
+        first, last = memo.texts[0], memo.texts[-1]
+        tok = self.tokenizer
+        head_ok = not before or tok.ends_with_cut(before) or tok.starts_with_cut(first)
+        tail_ok = not after or tok.ends_with_cut(last) or tok.starts_with_cut(after)
+        return memo.seams_apart() and head_ok and tail_ok
+
+    def _try_render(self, source: str, messages: list[dict[str, Any]], tools: Any) -> str | None:
         try:
-            return self.render(messages, tools, add_generation_prompt=False)
+            return self.render(messages, tools, add_generation_prompt=False, source=source)
         except InputError:  # many templates refuse a prefix (no user query yet): skip the cut
             return None
 
-    def _prefix(self, messages: list[dict[str, Any]], tools: Any) -> str | None:
+    def _prefix(self, source: str, messages: list[dict[str, Any]], tools: Any) -> str | None:
         """The rendering of ``messages`` as a prefix; a template that refuses it (no user query
         yet) is asked for ``messages`` + a placeholder user turn, cut where the turn begins."""
-        text = self._try_render(messages, tools)
+        text = self._try_render(source, messages, tools)
         if text is not None:
             return text
         marker = {"role": "user", "content": _PLACEHOLDER}
-        alone = self._try_render([marker], None)
-        with_marker = self._try_render([*messages, marker], tools)
+        alone = self._try_render(source, [marker], None)
+        with_marker = self._try_render(source, [*messages, marker], tools)
         if alone is None or with_marker is None or _PLACEHOLDER not in alone:
             return None
         framing = alone[: alone.index(_PLACEHOLDER)]
@@ -75,54 +253,90 @@ class TemplateScheme:
             return None
         return with_marker[: at - len(framing)]
 
-    def _tokens(self, text: str) -> int:
-        return len(self.tokenizer.encode(text, special=True)) if text else 0
-
-    def boundaries(self, full: str, messages: list[dict[str, Any]], tools: Any) -> list[int]:
-        """Cut points in ``full``: after the head, then after each message (non-decreasing)."""
-        cuts: list[int] = []
-        last = 0
-        for k in range(len(messages) + 1):
-            prefix = self._prefix(messages[:k], tools)
-            if prefix is not None:
-                last = max(last, _common_prefix(full, prefix))
-            cuts.append(last)
-        return cuts
-
-    def count(self, request: Request) -> RequestCount:
-        """The exact total with a per-part breakdown that adds up to it."""
-        messages, tools = template_messages(request), template_tools(request)
-        full = self.render(messages, tools)
-        total = self._tokens(full)
-        head_len = 1 if request.system else 0
-        cuts = self.boundaries(full, messages, tools)[head_len:]
-        head = self._tokens(full[: cuts[0]])
-        parts = [self._tokens(full[a:b]) for a, b in itertools.pairwise(cuts)]
-        tail = total - head - sum(parts)
-        if parts:
-            parts[-1] += tail
-        else:
-            head += tail
-        tools_tokens = self._tools_share(messages[:head_len], tools, head)
-        system = head - tools_tokens
-        return RequestCount(
-            counter=self.name,
-            kind="exact",
-            total=total,
-            system=system,
-            tools=tools_tokens,
-            messages=sum(parts),
-            per_message=tuple(parts),
-            floor=system + tools_tokens,
-        )
-
-    def _tools_share(self, head: list[dict[str, Any]], tools: Any, head_tokens: int) -> int:
+    def _tools_share(
+        self,
+        source: str,
+        head: list[dict[str, Any]],
+        tools: Any,
+        head_tokens: int,
+        cache: PieceCache,
+    ) -> int:
         if not tools:
             return 0
         if not head:
             return head_tokens  # no system prompt: the whole head frames the tools
-        with_tools, without = self._prefix(head, tools), self._prefix(head, None)
-        if with_tools is None or without is None:
-            return 0
-        share = self._tokens(with_tools) - self._tokens(without)
+        key = (source, head[0]["content"], repr(tools))
+        share = cache.shares.get(key)
+        if share is None:
+            with_tools = self._prefix(source, head, tools)
+            without = self._prefix(source, head, None)
+            share = 0
+            if with_tools is not None and without is not None:
+                share = self._tokens(with_tools, cache) - self._tokens(without, cache)
+            cache.shares[key] = share
         return min(max(share, 0), head_tokens)
+
+
+def _piece_starts(pieces: list[str]) -> list[int]:
+    starts, at = [], 0
+    for piece in pieces:
+        starts.append(at)
+        at += len(piece)
+    return starts
+
+
+def _anchors(message: dict[str, Any]) -> list[str]:
+    """Texts that show where a message sits in the prompt: its content, else its tool calls."""
+    content = message.get("content")
+    found = [content, content.strip()] if isinstance(content, str) and content.strip() else []
+    for call in message.get("tool_calls") or ():
+        name = call.get("function", {}).get("name")
+        if isinstance(name, str) and name:
+            found += [f'"{name}"', name]
+    return found
+
+
+def _message_pieces(
+    full: str, pieces: list[str], is_token: list[bool], messages: list[dict[str, Any]]
+) -> list[int]:
+    """The index of each message's first piece (non-decreasing; a message not found in the
+    prompt starts where the next one does, so it owns nothing and the sum stays whole)."""
+    starts = _piece_starts(pieces)
+    found: list[int | None] = []
+    search, last_piece, floor = 0, -1, 0
+    for message in messages:
+        at = next((a for t in _anchors(message) if (a := full.find(t, search)) >= 0), -1)
+        if at < 0:
+            found.append(None)
+            continue
+        piece = bisect.bisect_right(starts, at) - 1
+        floor = max(_opener(pieces, is_token, last_piece, piece), floor)
+        found.append(floor)
+        search, last_piece = at + 1, piece
+    firsts, later = [0] * len(found), len(pieces)
+    for i in range(len(found) - 1, -1, -1):
+        later = firsts[i] = later if found[i] is None else min(found[i] or 0, later)
+    return firsts
+
+
+# Words a turn's opening marker carries (ChatML, Llama 3, Gemma, Phi-3, Hermes, DeepSeek ...).
+_ROLE_WORDS = ("system", "user", "assistant", "tool", "ipython", "model", "developer", "function")
+
+
+def _names_role(pieces: list[str], k: int) -> bool:
+    after = pieces[k + 1].lstrip() if k + 1 < len(pieces) else ""
+    return any(w in pieces[k].lower() or after.startswith(w) for w in _ROLE_WORDS)
+
+
+def _opener(pieces: list[str], is_token: list[bool], after: int, piece: int) -> int:
+    """The first piece of a message whose anchor lies in ``piece``: the last added token
+    between ``after`` and ``piece`` that names a role (``<|im_start|>user``), else the last
+    that starts a line or follows another added token, else the piece after ``after``."""
+    tokens = [k for k in range(after + 1, piece) if is_token[k]]
+    for k in reversed(tokens):
+        if _names_role(pieces, k):
+            return k
+    for k in reversed(tokens):
+        if k - 1 == after or is_token[k - 1] or pieces[k - 1].endswith("\n"):
+            return k
+    return min(after + 1, len(pieces))

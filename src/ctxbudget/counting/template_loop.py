@@ -1,0 +1,243 @@
+"""Render a chat template's message loop one message at a time, keeping each message's text.
+
+Most templates are a head, one ``{% for message in messages %}`` whose body reads only the
+message, its position (``loop.index0``, ``loop.first``, ``loop.last`` ...), near neighbours
+(``messages[loop.index0 + 1]``) and variables set before the loop, then a tail. Such a template
+is rewritten so the loop calls back into Python with its body as a macro: a message whose inputs
+cannot have changed keeps its text and count, so a step renders and tokenises what changed.
+Other templates are rendered whole (``TemplateScheme``'s general path).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+LOOP_MARKER = "\ue000ctxbudget-loop\ue001"  # private-use characters: never in a template
+_BODY, _LOOP = "ctxbudget_loop_body", "ctxbudget_loop"
+_POSITION = frozenset({"index0", "index", "first"})
+_END = frozenset({"last", "length", "revindex", "revindex0"})
+_RESERVED = frozenset({"caller", "varargs", "kwargs", _BODY, _LOOP})
+_CHANGING = frozenset({"strftime_now", "lipsum", "cycler", "joiner"})  # clock, random, state
+
+
+@dataclass(frozen=True, slots=True)
+class LoopPlan:
+    """A template rewritten around its message loop, and what the loop body depends on."""
+
+    template: Any
+    outer: tuple[str, ...]
+    """Variables the body reads from before the loop, passed to it in this order."""
+    loop_attrs: frozenset[str]
+    before: int
+    """How far back the body looks (``messages[loop.index0 - before]``)."""
+    after: int
+    """How far ahead it looks (``messages[loop.index0 + after]``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FakeLoop:
+    """What the body sees as ``loop``: Jinja's ``LoopContext`` position attributes."""
+
+    index0: int
+    length: int
+
+    @property
+    def index(self) -> int:
+        return self.index0 + 1
+
+    @property
+    def first(self) -> bool:
+        return self.index0 == 0
+
+    @property
+    def last(self) -> bool:
+        return self.index0 == self.length - 1
+
+    @property
+    def revindex(self) -> int:
+        return self.length - self.index0
+
+    @property
+    def revindex0(self) -> int:
+        return self.length - self.index0 - 1
+
+
+def _offset(arg: Any) -> int | None:
+    """``k`` for ``loop.index0``, ``loop.index0 + k`` or ``loop.index0 - k``; else None."""
+    from jinja2 import nodes
+
+    def is_index0(node: Any) -> bool:
+        loop = isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name)
+        return loop and node.node.name == "loop" and node.attr == "index0"
+
+    if is_index0(arg):
+        return 0
+    if isinstance(arg, nodes.Add | nodes.Sub) and is_index0(arg.left):
+        right = arg.right
+        if isinstance(right, nodes.Const) and type(right.value) is int:
+            return right.value if isinstance(arg, nodes.Add) else -right.value
+    return None
+
+
+def _analyse(body: list[Any], target: str) -> tuple[tuple[str, ...], frozenset[str], int, int]:
+    """What the body depends on; raises ValueError when it is not one message's rendering."""
+    from jinja2 import nodes
+
+    found: list[Any] = [n for node in body for n in (node, *node.find_all(nodes.Node))]
+    stateful = nodes.NSRef | nodes.Break | nodes.Continue | nodes.Macro | nodes.CallBlock
+    if any(isinstance(n, stateful) for n in found):
+        raise ValueError("the body keeps state across messages")
+    inner = [n for f in found if isinstance(f, nodes.For) for n in f.find_all(nodes.Name)]
+    if any(n.name == "messages" for n in inner):  # its loop.index0 is the inner loop's
+        raise ValueError("a nested loop reads messages")
+    loop_attrs = {
+        n.attr for n in found if isinstance(n, nodes.Getattr) and _is_name(n.node, "loop")
+    }
+    uses = [n for n in found if isinstance(n, nodes.Name) and n.ctx == "load"]
+    if (
+        sum(n.name == "loop" for n in uses)
+        != sum(isinstance(n, nodes.Getattr) and _is_name(n.node, "loop") for n in found)
+        or not loop_attrs <= _POSITION | _END
+    ):
+        raise ValueError("the body uses the loop object itself")
+    offsets = [_offset(n.arg) for n in found if isinstance(n, nodes.Getitem) and _is_name(n.node)]
+    if None in offsets or len(offsets) != sum(n.name == "messages" for n in uses):
+        raise ValueError("the body reads messages other than its neighbours")
+    names = sorted({n.name for n in uses} - {target, "loop", "messages"})
+    if _RESERVED & {*names, target}:
+        raise ValueError("the body uses a macro's reserved names")
+    if _CHANGING & {*names}:
+        raise ValueError("the body's text may change between renders of the same input")
+    steps = [o for o in offsets if o is not None]
+    return (
+        tuple(names),
+        frozenset(loop_attrs),
+        max([-o for o in steps if o < 0], default=0),
+        max([o for o in steps if o > 0], default=0),
+    )
+
+
+def _is_name(node: Any, name: str = "messages") -> bool:
+    from jinja2 import nodes
+
+    return isinstance(node, nodes.Name) and node.name == name
+
+
+@functools.lru_cache(maxsize=32)
+def plan_loop(source: str) -> LoopPlan | None:
+    """The template rewritten around its last top-level ``for`` over ``messages``, or None."""
+    from jinja2 import nodes
+
+    from ctxbudget.counting.hf import compile_template, environment
+    from ctxbudget.counting.sandbox import bound_template
+
+    compile_template(source)  # the template's own errors first, as the general path gives them
+    env = environment()
+    try:
+        tree = env.parse(source)
+    except Exception:
+        return None
+    loops = [
+        i
+        for i, node in enumerate(tree.body)
+        if isinstance(node, nodes.For)
+        and _is_name(node.iter)
+        and isinstance(node.target, nodes.Name)
+        and not (node.else_ or node.test or node.recursive)
+    ]
+    if not loops:
+        return None
+    at = loops[-1]
+    loop = tree.body[at]
+    try:
+        outer, attrs, before, after = _analyse(loop.body, loop.target.name)
+    except ValueError:
+        return None
+    params = [nodes.Name(n, "param") for n in (loop.target.name, "loop", "messages", *outer)]
+    macro = nodes.Macro(_BODY, params, [], loop.body)
+    args: list[nodes.Expr] = [nodes.Name("messages", "load"), nodes.Name(_BODY, "load")]
+    args.append(nodes.List([nodes.Name(n, "load") for n in outer]))
+    call = nodes.Output([nodes.Call(nodes.Name(_LOOP, "load"), args, [], None, None)])
+    tree.body[at : at + 1] = [macro, call]
+    tree.set_environment(env)
+    try:
+        code = env.compile(tree)
+        template = bound_template(env.template_class.from_code(env, code, env.make_globals(None)))
+    except Exception:
+        return None
+    return LoopPlan(template, outer, attrs, before, after)
+
+
+@dataclass(slots=True)
+class LoopMemo:
+    """The texts and counts of the last render's loop, by position, and what they came from."""
+
+    items: list[Any] = field(default_factory=list)
+    outer: list[Any] | None = None
+    texts: list[str] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    edges: list[tuple[bool, bool]] = field(default_factory=list)
+    """Whether each text starts / ends with an added token the tokenizer cuts at."""
+    bad: set[int] = field(default_factory=set)
+    """Positions ``i`` where text ``i - 1`` meets text ``i`` without such a token."""
+
+    def callback(
+        self,
+        plan: LoopPlan,
+        count: Callable[[str], int],
+        edges: Callable[[str], tuple[bool, bool]],
+    ) -> Callable[[list[Any], Any, list[Any]], str]:
+        """The ``ctxbudget_loop`` function the rewritten template calls."""
+
+        def run(messages: list[Any], body: Any, outer: list[Any]) -> str:
+            start = self._first_stale(plan, messages, outer)
+            self.outer = None  # until this render ends: a template that fails midway (its
+            n = len(messages)  # raise_exception) leaves texts the next render must redo
+            del self.texts[n:], self.counts[n:], self.edges[n:]
+            early = range(min(plan.before, start))  # messages[-1] of the first ones wraps
+            changed = [*early, *range(start, n)]
+            for i in changed:
+                text = str(body(messages[i], FakeLoop(i, n), messages, *outer))
+                entry = (text, count(text), edges(text))
+                if i < len(self.texts):
+                    self.texts[i], self.counts[i], self.edges[i] = entry
+                else:
+                    self.texts.append(entry[0])
+                    self.counts.append(entry[1])
+                    self.edges.append(entry[2])
+            self._reseam(changed, n)
+            self.items, self.outer = list(messages), list(outer)
+            return LOOP_MARKER
+
+        return run
+
+    def _reseam(self, changed: list[int], n: int) -> None:
+        self.bad = {i for i in self.bad if i < n}
+        for i in {j for c in changed for j in (c, c + 1) if 0 < j < n}:
+            if self.edges[i - 1][1] or self.edges[i][0]:
+                self.bad.discard(i)
+            else:
+                self.bad.add(i)
+
+    def seams_apart(self) -> bool:
+        """True when every text meets the next at an added token."""
+        return not self.bad
+
+    def _first_stale(self, plan: LoopPlan, messages: list[Any], outer: list[Any]) -> int:
+        try:
+            same = self.outer is not None and bool(self.outer == outer)
+        except Exception:
+            same = False
+        if not same or plan.loop_attrs & {"length", "revindex", "revindex0"}:
+            return 0
+        old = self.items
+        common = min(len(old), len(messages), len(self.texts))
+        if old[:common] != messages[:common]:  # identity first: the same dicts as last time
+            common = next(i for i in range(common) if old[i] is not messages[i])
+        start = common - plan.after
+        if "last" in plan.loop_attrs and len(old) != len(messages):
+            start = min(start, len(old) - 1)
+        return max(start, 0)

@@ -1,0 +1,107 @@
+"""``hf:PATH`` equals transformers' ``apply_chat_template`` on every model folder the repo carries.
+
+Each folder gets 110 generated conversations; each is sent as a request after every user turn
+(>= 200 requests per folder, checked), and each request is counted by ``count_request`` with the
+folder as tokenizer, by one ``RequestCounter(model=...)`` step after step, and by both Jinja
+paths (message loop memoised, whole render) even where the folder's template is counted
+natively; the whole conversation also through the CLI with ``--tokenizer`` and with ``--model``.
+The oracle is transformers 4.x.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from tests.counting.conftest import HF_FOLDERS
+from tests.counting.hf_oracle import bodies, oracle_count, run_cli
+
+from ctxbudget.counting import RequestCount, RequestCounter, count_request
+from ctxbudget.counting.counter import count_with
+from ctxbudget.counting.hf import load_folder_template
+from ctxbudget.counting.template_count import TemplateScheme
+from ctxbudget.errors import InputError
+from ctxbudget.messages.detect import parse_request_json
+from ctxbudget.messages.model import Request
+from ctxbudget.tokens.registry import get_tokenizer
+
+Oracle = Callable[[str], tuple[Path, Any]]
+
+
+def _jinja_scheme(name: str, memoise_loop: bool) -> TemplateScheme:
+    """A Jinja path even for a folder counted natively by default: the message loop memoised,
+    or the general one (one whole render, pieces)."""
+    folder = load_folder_template(name[len("hf:") :])
+    tokenizer = get_tokenizer(name)
+    return TemplateScheme(
+        name=name, template=folder, tokenizer=tokenizer, memoise_loop=memoise_loop
+    )
+
+
+def _prefixes(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The body and each earlier point where a request would be sent (after a user turn)."""
+    messages = body["messages"]
+    cuts = [i + 1 for i, m in enumerate(messages[:-1]) if m["role"] == "user"]
+    return [{**body, "messages": messages[:cut]} for cut in cuts] + [body]
+
+
+def _library(name: str, bodies: list[dict[str, Any]]) -> list[tuple[int | None, ...]]:
+    """Each body counted three ways; the RequestCounter counts them in order (incremental)."""
+    counter = RequestCounter(model=name)
+    out = []
+    for body in bodies:
+        request = parse_request_json(json.dumps(body), "body")
+        doors: list[Callable[[Request], RequestCount]] = [
+            lambda r: count_request(r, name),
+            counter.count,
+            lambda r: count_with(_jinja_scheme(name, True), r),
+            lambda r: count_with(_jinja_scheme(name, False), r),
+        ]
+        counts: list[int | None] = []
+        for door in doors:
+            try:
+                counts.append(door(request).total)
+            except InputError:
+                counts.append(None)
+        out.append(tuple(counts))
+    return out
+
+
+def _cli(flag: str, name: str, body: dict[str, Any], path: Path) -> int | None:
+    path.write_text(json.dumps(body), encoding="utf-8")
+    code, out, err = run_cli(["request", str(path), "--json", flag, name])
+    if code == 2:  # the template refused the request, as transformers did
+        assert len(err.strip().splitlines()) == 1, err
+        return None
+    assert code == 0, err
+    tokens: int = json.loads(out)["tokens"]
+    return tokens
+
+
+@pytest.mark.parametrize("folder", HF_FOLDERS)
+def test_every_door_counts_what_transformers_counts(
+    folder: str, hf_oracle: Oracle, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path, tokenizer = hf_oracle(folder)
+    name = f"hf:{path}"
+    body_file = tmp_path_factory.mktemp("oracle") / "body.json"
+    seen = []
+
+    @settings(
+        max_examples=110, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
+    @given(body=bodies())
+    def check(body: dict[str, Any]) -> None:
+        requests = _prefixes(body)
+        expected = [oracle_count(tokenizer, b) for b in requests]
+        assert _library(name, requests) == [(n, n, n, n) for n in expected], body
+        assert _cli("--tokenizer", name, body, body_file) == expected[-1], body
+        assert _cli("--model", name, body, body_file) == expected[-1], body
+        seen.extend(expected)
+
+    check()
+    assert len(seen) >= 200 and sum(n is not None for n in seen) >= 150  # Llama refuses some
