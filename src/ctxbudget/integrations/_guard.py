@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ctxbudget.agent.compacting import compact_under_line
 from ctxbudget.agent.events import CompactionRecord, Trigger
@@ -35,10 +35,20 @@ from ctxbudget.messages.usage import Usage
 from ctxbudget.providers.overflow import classify_error
 from ctxbudget.tokens.base import TokenCounter
 
-__all__ = ["ADAPTER_META_PREFIX", "ContextGuard", "one_line", "overflow_of"]
+__all__ = ["ADAPTER_META_PREFIX", "ContextGuard", "GuardOptions", "one_line", "overflow_of"]
 
 ADAPTER_META_PREFIX = "ctxbudget_"
 """``Message.meta`` keys the adapters use to map messages back to their items; not archived."""
+
+
+class GuardOptions(TypedDict, total=False):
+    """The `ContextGuard` settings every adapter passes through as it is (defaults: the guard's)."""
+
+    tokenizer: str | TokenCounter
+    policy: str | Policy
+    strategy: str
+    archive: Archive | str | Path | None
+    max_output_tokens: int | None
 
 
 def one_line(text: str) -> str:
