@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ctxbudget.compaction.strategies import CompactionResult
     from ctxbudget.compaction.summarizer import Summarizer
 
-__all__ = ["compact_under_line"]
+__all__ = ["compact_under_line", "undercount_scale"]
 
 
 def compact_under_line(
@@ -58,3 +58,9 @@ def compact_under_line(
         tokens_after=result.tokens_after,
     )
     return result, record
+
+
+def undercount_scale(ours: int, real: int | None) -> float:
+    """How far to lower the line after an overflow: our count of the refused prompt over the
+    server's (``real``, when its error said), at most 1."""
+    return min(1.0, ours / real) if real and ours > 0 else 1.0

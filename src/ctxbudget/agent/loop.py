@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxbudget.agent.compacting import compact_under_line
+from ctxbudget.agent.compacting import compact_under_line, undercount_scale
 from ctxbudget.agent.events import CompactionRecord, EventSink, LoopEvent, SessionSummary, Trigger
 from ctxbudget.agent.settings import (
     effective_max_output,
@@ -295,9 +295,7 @@ class Agent:
 
     def _undercount(self, exc: ContextOverflowError) -> float:
         """Our count over the server's, when the server said how long the prompt was (< 1)."""
-        real = exc.prompt_tokens
-        ours = self.counter.count(self.request()).total
-        return min(1.0, ours / real) if real and ours > 0 else 1.0
+        return undercount_scale(self.counter.count(self.request()).total, exc.prompt_tokens)
 
     def _overflowed(self, exc: ContextOverflowError) -> None:
         self._count_overflow(

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
-from ctxbudget.agent.compacting import compact_under_line
+from ctxbudget.agent.compacting import compact_under_line, undercount_scale
 from ctxbudget.agent.events import CompactionRecord, Trigger
 from ctxbudget.agent.settings import (
     effective_max_output,
@@ -218,9 +218,7 @@ class ContextGuard:
             if self.archive is not None:
                 self.archive.append_meta({"window": self.window})
             self.check_floor(request)
-        ours = self.counter.count(request).total
-        real = error.prompt_tokens
-        scale = min(1.0, ours / real) if real and ours > 0 else 1.0
+        scale = undercount_scale(self.counter.count(request).total, error.prompt_tokens)
         return self.compact(request, "context_overflow", scale=scale)
 
     def retry_failed(self, error: Exception) -> CompactionError:
