@@ -10,25 +10,18 @@ Text: the real-text samples in tests/data/estimators (see SOURCES.md there). Spe
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import corpus
 from ctxbudget.tokens.calibrated import ESTIMATORS
 from ctxbudget.tokens.registry import get_tokenizer
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "estimators"
-KINDS = (
-    "english",
-    "chinese",
-    "chinese_traditional",
-    "japanese",
-    "korean",
-    "python",
-    "json",
-    "mixed",
-    "markdown",
-)
+KINDS = corpus.SHIPPED_KINDS
 TOKENIZERS = ("cl100k_base", "o200k_base", "qwen3")
 
 

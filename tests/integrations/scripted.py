@@ -13,6 +13,7 @@ from typing import Any
 
 from ctxbudget.compaction.summarizer import SUMMARIZER_SYSTEM
 from ctxbudget.counting import count_request
+from ctxbudget.integrations._guard import ContextGuard
 from ctxbudget.messages.openai import request_from_openai
 
 TOKENIZER = "o200k_base"
@@ -61,6 +62,16 @@ def tool_output(name: str, args: dict[str, Any]) -> str:
     lines += [f"tests/test_shop.py::test_case_{i} PASSED" for i in range(20)]
     lines += ["tests/test_shop.py::test_parse_price FAILED", ERROR_LINE, "1 failed, 20 passed"]
     return "\n".join(lines)
+
+
+def read_file(path: str) -> str:
+    """Read a file."""
+    return tool_output("read_file", {"path": path})
+
+
+def run(command: str) -> str:
+    """Run a shell command."""
+    return tool_output("run", {"command": command})
 
 
 def step_call(step: int) -> tuple[str, dict[str, Any]]:
@@ -200,3 +211,17 @@ def openai_tools() -> list[dict[str, Any]]:
             },
         },
     ]
+
+
+def check_long_loop(script: ScriptedModel, guard: ContextGuard) -> None:
+    """What every adapter's long tool loop must show: it finished inside the server's window
+    after one overflow, adopted that window, counted usage-first and summarized the work."""
+    assert script.accepted_steps() >= 40
+    assert script.rejected, "the server's smaller window must have been hit once"
+    assert script.over_window_after_first_recovery() == []
+    assert script.unpaired == []
+    assert guard.overflows == 1 and guard.window == script.window  # the error's stated limit
+    assert guard.sources["usage"] > guard.sources["count"]  # usage-first
+    summary = guard.summaries[-1]
+    assert ERROR_LINE in summary
+    assert all(path in summary for path in FILES[:3])

@@ -22,13 +22,13 @@ from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from tests.integrations.scripted import (
     CONFIGURED_WINDOW,
-    ERROR_LINE,
-    FILES,
     FINAL_ANSWER,
     TASK,
     TOKENIZER,
     ScriptedModel,
-    tool_output,
+    check_long_loop,
+    read_file,
+    run,
 )
 
 from ctxbudget.integrations.langchain import ContextBudgetMiddleware
@@ -77,22 +77,10 @@ class ScriptedChatModel(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
 
-@tool
-def read_file(path: str) -> str:
-    """Read a file."""
-    return tool_output("read_file", {"path": path})
-
-
-@tool
-def run(command: str) -> str:
-    """Run a shell command."""
-    return tool_output("run", {"command": command})
-
-
 def _agent(script: ScriptedModel, middleware: ContextBudgetMiddleware) -> Any:
     return create_agent(
         ScriptedChatModel(script=script),
-        tools=[read_file, run],
+        tools=[tool(read_file), tool(run)],
         system_prompt="You are a careful coding agent.",
         middleware=[middleware],
     )
@@ -101,16 +89,7 @@ def _agent(script: ScriptedModel, middleware: ContextBudgetMiddleware) -> Any:
 def _check(script: ScriptedModel, middleware: ContextBudgetMiddleware, state: Any) -> None:
     messages = state["messages"]
     assert messages[-1].text == FINAL_ANSWER
-    assert script.accepted_steps() >= 40
-    assert script.rejected, "the model's smaller window must have been hit once"
-    assert script.over_window_after_first_recovery() == []
-    assert script.unpaired == []
-    guard = middleware.guard
-    assert guard.overflows == 1 and guard.window == script.window
-    assert guard.sources["usage"] > guard.sources["count"]  # usage-first
-    summary = guard.summaries[-1]
-    assert ERROR_LINE in summary
-    assert all(path in summary for path in FILES[:3])
+    check_long_loop(script, middleware.guard)
     # The state holds the compacted view: the summary, the task, then whole tool steps.
     assert isinstance(messages[0], HumanMessage) and "ctxbudget handoff" in messages[0].text
     assert any(m.text == TASK for m in messages)

@@ -43,6 +43,22 @@ def sized_text(counter: RequestCounter, before: Request, target: int, seed: int)
     return " ".join(words[:low])
 
 
+def _agent(
+    server: LlamaServer, folder: Path, archive: Archive, stream: bool, *, max_output: int
+) -> tuple[Agent, RequestCounter, list[LoopEvent]]:
+    """A session configured for ``WINDOW`` on ``server``; its events land in the list."""
+    counter = RequestCounter(f"hf:{folder}")
+    provider = OpenAICompatibleProvider(
+        base_url=server.base_url, model="tiny.gguf", api_key_env=None, stream=stream
+    )
+    events: list[LoopEvent] = []
+    agent = Agent(
+        provider, system=DEFAULT_SYSTEM, window=WINDOW, counter=counter,
+        max_output_tokens=max_output, archive=archive, on_event=events.append,
+    )  # fmt: skip
+    return agent, counter, events
+
+
 def _turns(agent: Agent, counter: RequestCounter, targets: list[int]) -> list[str]:
     """Run the first task, then one turn per target size; returns the user texts."""
     texts = [FIRST_TASK]
@@ -72,16 +88,8 @@ def _archived(path: Path) -> tuple[list[str], int]:
 def test_agent_adopts_n_ctx_from_the_real_overflow_error(
     qwen_server: LlamaServer, qwen_folder: Path, tmp_path: Path, stream: bool
 ) -> None:
-    counter = RequestCounter(f"hf:{qwen_folder}")
-    provider = OpenAICompatibleProvider(
-        base_url=qwen_server.base_url, model="tiny.gguf", api_key_env=None, stream=stream
-    )
-    events: list[LoopEvent] = []
     archive = Archive(tmp_path / "s.jsonl")
-    agent = Agent(
-        provider, system=DEFAULT_SYSTEM, window=WINDOW, counter=counter,
-        max_output_tokens=32, archive=archive, on_event=events.append,
-    )  # fmt: skip
+    agent, counter, events = _agent(qwen_server, qwen_folder, archive, stream, max_output=32)
     # turn 3's prompt alone is past 2,048: the server refuses it before generating anything
     texts = _turns(agent, counter, [1000, SERVER_CTX + 250, 600])
     archive.close()
@@ -102,16 +110,8 @@ def test_agent_adopts_n_ctx_from_the_real_overflow_error(
 def test_agent_catches_the_silent_cut_at_n_ctx(
     qwen_server: LlamaServer, qwen_folder: Path, tmp_path: Path, stream: bool
 ) -> None:
-    counter = RequestCounter(f"hf:{qwen_folder}")
-    provider = OpenAICompatibleProvider(
-        base_url=qwen_server.base_url, model="tiny.gguf", api_key_env=None, stream=stream
-    )
-    events: list[LoopEvent] = []
     archive = Archive(tmp_path / "s.jsonl")
-    agent = Agent(
-        provider, system=DEFAULT_SYSTEM, window=WINDOW, counter=counter,
-        max_output_tokens=128, archive=archive, on_event=events.append,
-    )  # fmt: skip
+    agent, counter, events = _agent(qwen_server, qwen_folder, archive, stream, max_output=128)
     # turn 2's prompt fits the server; prompt + 128 reply tokens does not: the reply is cut
     texts = _turns(agent, counter, [SERVER_CTX - 60, 300])
     archive.close()

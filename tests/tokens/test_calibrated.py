@@ -13,6 +13,7 @@ from types import ModuleType
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scripts.corpus import SHIPPED_KINDS
 
 from ctxbudget.tokens.calibrated import (
     CALIBRATED_ESTIMATORS,
@@ -39,17 +40,7 @@ CORPUS = REPO / "tests" / "data" / "estimators"
 CALIBRATION = REPO / "src" / "ctxbudget" / "tokens" / "calibration.json"
 # markdown is held out of the fit (scripts/corpus.py HELD_OUT_KINDS) and held to the same bands:
 # it checks the weights on text they were not fitted to.
-KINDS = (
-    "english",
-    "chinese",
-    "chinese_traditional",
-    "japanese",
-    "korean",
-    "python",
-    "json",
-    "mixed",
-    "markdown",
-)
+KINDS = SHIPPED_KINDS
 TOKENIZERS = ("cl100k_base", "o200k_base", "qwen3")
 
 

@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxbudget.agent.compacting import compact_under_line, undercount_scale
 from ctxbudget.agent.events import CompactionRecord, EventSink, LoopEvent, SessionSummary, Trigger
 from ctxbudget.agent.settings import (
-    compaction_line,
     effective_max_output,
     policy_for,
     reply_reserve,
@@ -295,9 +295,7 @@ class Agent:
 
     def _undercount(self, exc: ContextOverflowError) -> float:
         """Our count over the server's, when the server said how long the prompt was (< 1)."""
-        real = exc.prompt_tokens
-        ours = self.counter.count(self.request()).total
-        return min(1.0, ours / real) if real and ours > 0 else 1.0
+        return undercount_scale(self.counter.count(self.request()).total, exc.prompt_tokens)
 
     def _overflowed(self, exc: ContextOverflowError) -> None:
         self._count_overflow(
@@ -360,34 +358,24 @@ class Agent:
 
     def _compact(self, trigger: Trigger, *, scale: float = 1.0) -> CompactionResult:
         """Compact the view; ``scale`` < 1 lowers the line when our counter proved low."""
-        from ctxbudget.compaction.strategies import compact
-
         # The cap binds pressure compactions (`_maybe_compact`); an overflow compaction is
         # already bounded (once per request, then a clear error) and is the only way forward.
         self._turn_compactions += 1
-        request = self.request()
-        floor = self.counter.count(request).floor
-        line = compaction_line(self.policy, self.window, floor, self.max_output_tokens)
-        line = max(floor + 1, int(line * scale))
-        result = compact(
-            request,
+        result, record = compact_under_line(
+            self.request(),
             self.counter,
-            threshold=line,
+            policy=self.policy,
+            window=self.window,
+            max_output=self.max_output_tokens,
             strategy=self.strategy,
             summarizer=self.summarizer,
-            compaction_id=f"c{len(self.compactions) + 1}-{time.time_ns():x}",
+            number=len(self.compactions) + 1,
+            trigger=trigger,
+            turn=self.turn,
+            scale=scale,
         )
         self.messages = result.messages
         self.compaction_id = result.compaction_id
-        record = CompactionRecord(
-            turn=self.turn,
-            trigger=trigger,
-            strategy=result.strategy,
-            messages_before=result.messages_before,
-            messages_after=result.messages_after,
-            tokens_before=result.tokens_before,
-            tokens_after=result.tokens_after,
-        )
         self.compactions.append(record)
         if self.archive is not None:
             self.archive.append_compaction(result, trigger=trigger, extra={"turn": self.turn})

@@ -1,6 +1,6 @@
 """The budget state every adapter shares: the rule, the counter, compaction and overflow handling.
 
-It only composes the core (``context_tokens``, ``Policy``, ``compaction_line``, ``compact``,
+It only composes the core (``context_tokens``, ``Policy``, ``compact_under_line``,
 ``Archive``), as ``Agent`` does; the adapters translate their framework's messages to ours.
 """
 
@@ -13,11 +13,11 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
+from ctxbudget.agent.compacting import compact_under_line, undercount_scale
 from ctxbudget.agent.events import CompactionRecord, Trigger
 from ctxbudget.agent.settings import (
-    compaction_line,
     effective_max_output,
     policy_for,
     reply_reserve,
@@ -27,7 +27,7 @@ from ctxbudget.budget.floor import check_prompt_floor
 from ctxbudget.budget.rules import Policy, validate_window
 from ctxbudget.compaction.archive import Archive
 from ctxbudget.compaction.records import message_to_record
-from ctxbudget.compaction.strategies import CompactionResult, compact
+from ctxbudget.compaction.strategies import CompactionResult
 from ctxbudget.compaction.summarizer import Summarizer
 from ctxbudget.errors import CompactionError, ContextOverflowError, RequestOverRateLimitError
 from ctxbudget.messages.model import Message, Request
@@ -35,10 +35,20 @@ from ctxbudget.messages.usage import Usage
 from ctxbudget.providers.overflow import classify_error
 from ctxbudget.tokens.base import TokenCounter
 
-__all__ = ["ADAPTER_META_PREFIX", "ContextGuard", "one_line", "overflow_of"]
+__all__ = ["ADAPTER_META_PREFIX", "ContextGuard", "GuardOptions", "one_line", "overflow_of"]
 
 ADAPTER_META_PREFIX = "ctxbudget_"
 """``Message.meta`` keys the adapters use to map messages back to their items; not archived."""
+
+
+class GuardOptions(TypedDict, total=False):
+    """The `ContextGuard` settings every adapter passes through as it is (defaults: the guard's)."""
+
+    tokenizer: str | TokenCounter
+    policy: str | Policy
+    strategy: str
+    archive: Archive | str | Path | None
+    max_output_tokens: int | None
 
 
 def one_line(text: str) -> str:
@@ -147,29 +157,22 @@ class ContextGuard:
     def compact(self, request: Request, trigger: Trigger, *, scale: float = 1.0) -> Request:
         """``request`` compacted under the rule's line (lowered by ``scale`` < 1)."""
         self.compacted_at = time.time()
-        floor = self.counter.count(request).floor
-        line = compaction_line(self.policy, self.window, floor, self.max_output_tokens)
-        result = compact(
+        result, record = compact_under_line(
             request,
             self.counter,
-            threshold=max(floor + 1, int(line * scale)),
+            policy=self.policy,
+            window=self.window,
+            max_output=self.max_output_tokens,
             strategy=self.strategy,
             summarizer=self.summarizer,
-            compaction_id=f"c{len(self.compactions) + 1}-{time.time_ns():x}",
+            number=len(self.compactions) + 1,
+            trigger=trigger,
+            scale=scale,
         )
         self.compaction_id = result.compaction_id
         self.last_result = result
         if result.summary:
             self.summaries.append(result.summary)
-        record = CompactionRecord(
-            turn=0,
-            trigger=trigger,
-            strategy=result.strategy,
-            messages_before=result.messages_before,
-            messages_after=result.messages_after,
-            tokens_before=result.tokens_before,
-            tokens_after=result.tokens_after,
-        )
         self.compactions.append(record)
         if self.archive is not None:
             self.observe(request.messages)
@@ -215,9 +218,7 @@ class ContextGuard:
             if self.archive is not None:
                 self.archive.append_meta({"window": self.window})
             self.check_floor(request)
-        ours = self.counter.count(request).total
-        real = error.prompt_tokens
-        scale = min(1.0, ours / real) if real and ours > 0 else 1.0
+        scale = undercount_scale(self.counter.count(request).total, error.prompt_tokens)
         return self.compact(request, "context_overflow", scale=scale)
 
     def retry_failed(self, error: Exception) -> CompactionError:

@@ -11,18 +11,14 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
-from ctxbudget.budget.rules import Policy
-from ctxbudget.compaction.archive import Archive
 from ctxbudget.integrations import require
-from ctxbudget.integrations._guard import ContextGuard, overflow_of
+from ctxbudget.integrations._guard import ContextGuard, GuardOptions, overflow_of
 from ctxbudget.integrations._view import Translated, translate
 from ctxbudget.messages.model import ImagePart, Message, Request, TextPart, ToolCall, ToolSpec
 from ctxbudget.messages.openai import request_from_openai
 from ctxbudget.messages.usage import Usage
-from ctxbudget.tokens.base import TokenCounter
 
 require("langchain.agents.middleware", "langchain", "ctxbudget.integrations.langchain")
 
@@ -67,22 +63,11 @@ class ContextBudgetMiddleware(AgentMiddleware):
         self,
         *,
         window: int,
-        tokenizer: str | TokenCounter = "ctxbudget",
-        policy: str | Policy = "ctxbudget",
-        strategy: str = "layered",
-        archive: Archive | str | Path | None = None,
-        max_output_tokens: int | None = None,
         summary_model: Any = None,
+        **options: Unpack[GuardOptions],
     ) -> None:
         super().__init__()
-        self.guard = ContextGuard(
-            window=window,
-            tokenizer=tokenizer,
-            policy=policy,
-            strategy=strategy,
-            archive=archive,
-            max_output_tokens=max_output_tokens,
-        )
+        self.guard = ContextGuard(window=window, **options)
         self.summary_model = summary_model
         self._model: Any = summary_model
         self._system = ""

@@ -9,18 +9,14 @@ retry once after an overflow); ``Runner.run(..., hooks=budget.hooks)`` makes cou
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
-from ctxbudget.budget.rules import Policy
 from ctxbudget.budget.usage import usage_from_openai_responses
-from ctxbudget.compaction.archive import Archive
 from ctxbudget.integrations import require
-from ctxbudget.integrations._guard import ContextGuard, overflow_of
+from ctxbudget.integrations._guard import ContextGuard, GuardOptions, overflow_of
 from ctxbudget.integrations._responses import as_item, read_item, rebuild_item
 from ctxbudget.integrations._view import Substitution, Translated, UsageMemory, translate
 from ctxbudget.messages.model import Request, ToolSpec
-from ctxbudget.tokens.base import TokenCounter
 
 require("agents", "openai-agents", "ctxbudget.integrations.openai_agents")
 
@@ -45,26 +41,16 @@ Item = Any  # a TResponseInputItem: a dict in the Responses API's input format
 def context_budget_filter(
     *,
     window: int,
-    tokenizer: str | TokenCounter = "ctxbudget",
-    policy: str | Policy = "ctxbudget",
-    strategy: str = "layered",
-    archive: Archive | str | Path | None = None,
-    max_output_tokens: int | None = None,
     summary_model: Model | None = None,
+    **options: Unpack[GuardOptions],
 ) -> ContextBudgetFilter:
     """A ``call_model_input_filter`` keeping each model call inside ``window`` tokens.
 
     Summaries are written by the agent's model when it is a `Model` object (``summary_model``
     replaces it); with a model name and no ``summary_model``, compaction clears and truncates.
+    The other keywords (``tokenizer``, ``policy``, ...) are `ContextGuard`'s.
     """
-    guard = ContextGuard(
-        window=window,
-        tokenizer=tokenizer,
-        policy=policy,
-        strategy=strategy,
-        archive=archive,
-        max_output_tokens=max_output_tokens,
-    )
+    guard = ContextGuard(window=window, **options)
     return ContextBudgetFilter(guard, summary_model=summary_model)
 
 

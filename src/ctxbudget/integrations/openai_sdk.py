@@ -12,14 +12,11 @@ import asyncio
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
-from ctxbudget.budget.rules import Policy
 from ctxbudget.budget.usage import usage_from_openai, usage_from_openai_responses
-from ctxbudget.compaction.archive import Archive
 from ctxbudget.errors import ContextOverflowError, CtxbudgetError
-from ctxbudget.integrations._guard import ContextGuard, only_overflow, overflow_of
+from ctxbudget.integrations._guard import ContextGuard, GuardOptions, only_overflow, overflow_of
 from ctxbudget.integrations._responses import as_item, read_item, rebuild_item, tool_specs
 from ctxbudget.integrations._streams import AsyncUsageStream, UsageStream
 from ctxbudget.integrations._view import Substitution, Translated, UsageMemory, translate
@@ -32,7 +29,6 @@ from ctxbudget.messages.openai import (
 )
 from ctxbudget.messages.usage import Usage
 from ctxbudget.providers.overflow import classify_error
-from ctxbudget.tokens.base import TokenCounter
 
 __all__ = ["ContextBudgetOpenAI", "guard_openai"]
 
@@ -43,25 +39,15 @@ def guard_openai(
     client: Any,
     *,
     window: int,
-    tokenizer: str | TokenCounter = "ctxbudget",
-    policy: str | Policy = "ctxbudget",
-    strategy: str = "layered",
-    archive: Archive | str | Path | None = None,
-    max_output_tokens: int | None = None,
     summary_model: str | None = None,
+    **options: Unpack[GuardOptions],
 ) -> ContextBudgetOpenAI:
     """``client`` (``OpenAI`` or ``AsyncOpenAI``) kept inside ``window`` tokens.
 
     Summaries are written by the same client with the call's model (or ``summary_model``).
+    The other keywords (``tokenizer``, ``policy``, ...) are `ContextGuard`'s.
     """
-    guard = ContextGuard(
-        window=window,
-        tokenizer=tokenizer,
-        policy=policy,
-        strategy=strategy,
-        archive=archive,
-        max_output_tokens=max_output_tokens,
-    )
+    guard = ContextGuard(window=window, **options)
     return ContextBudgetOpenAI(client, guard, summary_model=summary_model)
 
 

@@ -11,17 +11,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
-from ctxbudget.budget.rules import Policy
-from ctxbudget.compaction.archive import Archive
 from ctxbudget.integrations import require
-from ctxbudget.integrations._guard import ADAPTER_META_PREFIX, ContextGuard, overflow_of
+from ctxbudget.integrations._guard import (
+    ADAPTER_META_PREFIX,
+    ContextGuard,
+    GuardOptions,
+    overflow_of,
+)
 from ctxbudget.integrations._view import Translated, translate
 from ctxbudget.messages.model import ImagePart, Message, Request, TextPart, ToolCall, ToolSpec
 from ctxbudget.messages.usage import Usage
-from ctxbudget.tokens.base import TokenCounter
 
 require("pydantic_ai", "pydantic-ai", "ctxbudget.integrations.pydantic_ai")
 
@@ -40,25 +41,15 @@ PART_KEY = f"{ADAPTER_META_PREFIX}part"
 def context_budget_processor(
     *,
     window: int,
-    tokenizer: str | TokenCounter = "ctxbudget",
-    policy: str | Policy = "ctxbudget",
-    strategy: str = "layered",
-    archive: Archive | str | Path | None = None,
-    max_output_tokens: int | None = None,
     summary_model: Any = None,
+    **options: Unpack[GuardOptions],
 ) -> ContextBudgetProcessor:
     """A history processor keeping the messages inside ``window`` tokens of ``tokenizer``.
 
     Summaries are written by the run's own model (``summary_model`` replaces it).
+    The other keywords (``tokenizer``, ``policy``, ...) are `ContextGuard`'s.
     """
-    guard = ContextGuard(
-        window=window,
-        tokenizer=tokenizer,
-        policy=policy,
-        strategy=strategy,
-        archive=archive,
-        max_output_tokens=max_output_tokens,
-    )
+    guard = ContextGuard(window=window, **options)
     return ContextBudgetProcessor(guard, summary_model=summary_model)
 
 

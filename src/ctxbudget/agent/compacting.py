@@ -1,0 +1,66 @@
+"""One compaction under the rule's line, and its record: shared by `Agent` and `ContextGuard`."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from ctxbudget.agent.events import CompactionRecord, Trigger
+from ctxbudget.agent.settings import compaction_line
+from ctxbudget.budget.context import RequestCounterLike
+from ctxbudget.budget.rules import Policy
+from ctxbudget.messages.model import Request
+
+if TYPE_CHECKING:
+    from ctxbudget.compaction.strategies import CompactionResult
+    from ctxbudget.compaction.summarizer import Summarizer
+
+__all__ = ["compact_under_line", "undercount_scale"]
+
+
+def compact_under_line(
+    request: Request,
+    counter: RequestCounterLike,
+    *,
+    policy: Policy,
+    window: int,
+    max_output: int | None,
+    strategy: str,
+    summarizer: Summarizer | None,
+    number: int,
+    trigger: Trigger,
+    turn: int = 0,
+    scale: float = 1.0,
+) -> tuple[CompactionResult, CompactionRecord]:
+    """``request`` compacted under the rule's line (lowered by ``scale`` < 1), and the record.
+
+    ``number`` is this compaction's place in the session (1 for the first), part of its id.
+    """
+    from ctxbudget.compaction.strategies import compact  # imported late, as the loop always did
+
+    floor = counter.count(request).floor
+    line = compaction_line(policy, window, floor, max_output)
+    result = compact(
+        request,
+        counter,
+        threshold=max(floor + 1, int(line * scale)),
+        strategy=strategy,
+        summarizer=summarizer,
+        compaction_id=f"c{number}-{time.time_ns():x}",
+    )
+    record = CompactionRecord(
+        turn=turn,
+        trigger=trigger,
+        strategy=result.strategy,
+        messages_before=result.messages_before,
+        messages_after=result.messages_after,
+        tokens_before=result.tokens_before,
+        tokens_after=result.tokens_after,
+    )
+    return result, record
+
+
+def undercount_scale(ours: int, real: int | None) -> float:
+    """How far to lower the line after an overflow: our count of the refused prompt over the
+    server's (``real``, when its error said), at most 1."""
+    return min(1.0, ours / real) if real and ours > 0 else 1.0
