@@ -26,6 +26,9 @@ TEXT = (
     "代理读取了文件，找到了解析器中失败的断言。 🙂 "
 )
 NEW = "Please also run the tests again and report which ones still fail. " * 8
+# A realistic agent step: a tool result carrying a real source file (~2,000 tokens).
+SOURCE = (HERE.parent / "tests" / "data" / "estimators" / "python.txt").read_text("utf-8")
+TOOL_RESULT = SOURCE[: SOURCE.index("\n", 8_000) + 1]  # its first ~8,000 characters
 
 
 def folder(name: str, into: Path) -> Path:
@@ -59,15 +62,21 @@ def median(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
-def step(counter: str, base: Request, repeat: int) -> float:
+def step(counter: str, base: Request, repeat: int, tool: bool = False) -> float:
     """Median seconds to count ``base`` + one new message, ``base`` already counted; the new
-    message takes the other role than the last one (user after a reply, reply after a user)."""
+    message takes the other role than the last one (user after a reply, reply after a user),
+    or with ``tool`` is a tool result (``i`` + the source file) after the last reply."""
     role = "assistant" if base.messages[-1].role == "user" else "user"
     times = []
     for i in range(repeat):
         rc = RequestCounter(counter)
         rc.count(base)
-        new = base.with_messages((*base.messages, Message(role=role, content=f"{i} {NEW}")))
+        added = (
+            Message(role="tool", content=f"{i} {TOOL_RESULT}")
+            if tool
+            else Message(role=role, content=f"{i} {NEW}")
+        )
+        new = base.with_messages((*base.messages, added))
         start = time.perf_counter()
         rc.count(new)
         times.append(time.perf_counter() - start)
@@ -124,15 +133,21 @@ def main() -> None:
         counters = {"qwen3": "qwen3", **{k: f"hf:{v}" for k, v in folders.items()}}
         for label, counter in counters.items():
             tokenizer = get_tokenizer(counter)
-            alone = median(lambda t=tokenizer: t.encode(f"0 {NEW}"), 50)
+            # The baseline: the same tokenizer object's encode of the new message's text.
+            alone = median(lambda t=tokenizer: t.encode(f"0 {NEW}", special=True), 50)
+            alone_tool = median(lambda t=tokenizer: t.encode(f"0 {TOOL_RESULT}", special=True), 50)
             for size in (1_000, 10_000, 100_000, 1_000_000):
                 even = conversation(size)
-                for base in (even, even.with_messages(even.messages[:-1])):
-                    took = step(counter, base, 3 if size >= 1_000_000 else 7)
+                cases = [(even, False), (even.with_messages(even.messages[:-1]), False)]
+                for base, tool in [*cases, (even, True)]:
+                    took = step(counter, base, 3 if size >= 1_000_000 else 7, tool)
                     kind = "reply" if base.messages[-1].role == "user" else "user turn"
+                    kind, base_s = (
+                        ("tool result (~2K tokens)", alone_tool) if tool else (kind, alone)
+                    )
                     lines.append(
                         f"| {label} | {kind} | {size:,} | {took * 1e3:.3f} ms |"
-                        f" {alone * 1e3:.3f} ms | {took / alone:.1f}x |"
+                        f" {base_s * 1e3:.3f} ms | {took / base_s:.1f}x |"
                     )
                     print(lines[-1], flush=True)
     (HERE / "hf.md").write_text("\n".join(lines) + "\n", encoding="utf-8")

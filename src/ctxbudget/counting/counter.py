@@ -9,7 +9,7 @@ has not seen (``template_count.PieceCache``).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from typing import Any
 
 from ctxbudget.counting.result import RequestCount
@@ -24,24 +24,33 @@ from ctxbudget.tokens.select import GENERIC_ESTIMATOR
 def _assemble(
     scheme: Scheme,
     head: tuple[int, int],
-    counts: Sequence[int],
+    counts: list[int],
     approx: bool,
+    *,
+    generation: int | None = None,
+    messages: int | None = None,
 ) -> RequestCount:
+    """The count from per-message counts; ``generation`` and ``messages`` (the sum of
+    ``counts``) may be given by a caller that keeps them, so a step does not re-sum."""
     system, tools = head
-    per_message = list(counts)
-    if per_message:
-        per_message[-1] += scheme.generation()
+    gen = scheme.generation() if generation is None else generation
+    total_messages = sum(counts) if messages is None else messages
+    if counts:
+        counts[-1] += gen  # one copy of the list: lend the last count the reply primer
+        per_message = tuple(counts)
+        counts[-1] -= gen
+        total_messages += gen
     else:
-        system += scheme.generation()  # no message to carry the reply primer: the head does
-    messages = sum(per_message)
+        per_message = ()
+        system += gen  # no message to carry the reply primer: the head does
     return RequestCount(
         counter=scheme.name,
         kind="estimate" if approx else scheme.kind,
-        total=system + tools + messages,
+        total=system + tools + total_messages,
         system=system,
         tools=tools,
-        messages=messages,
-        per_message=tuple(per_message),
+        messages=total_messages,
+        per_message=per_message,
         floor=system + tools,
     )
 
@@ -108,6 +117,11 @@ class RequestCounter:
         self._flags: list[Hashable] = []
         self._counts: list[int] = []
         self._approx: list[bool] = []
+        self._sum = 0
+        """Running sum of ``_counts`` and number of True in ``_approx``: a step adds and
+        subtracts what changed instead of walking every message."""
+        self._estimated = 0
+        self._generation: int | None = None
         self._cache: dict[tuple[int, Hashable], tuple[Message, int, bool]] = {}
         self._high = 0
         """The most messages a counted request has held: the cache keeps at least that many."""
@@ -126,7 +140,16 @@ class RequestCounter:
         else:
             self._update_head(scheme, request)
             self._update_messages(scheme, request.messages)
-            result = _assemble(scheme, self._head, self._counts, True in self._approx)
+            if self._generation is None:
+                self._generation = scheme.generation()
+            result = _assemble(
+                scheme,
+                self._head,
+                self._counts,
+                self._estimated > 0,
+                generation=self._generation,
+                messages=self._sum,
+            )
         self._last = (request, result)
         return result
 
@@ -145,6 +168,8 @@ class RequestCounter:
         if pivot != self._pivot:
             start = min(start, min(pivot, self._pivot) + 1)
         start = max(start, 0)
+        self._sum -= sum(self._counts[start:])
+        self._estimated -= sum(self._approx[start:])
         del self._counts[start:], self._approx[start:], self._flags[start:]
         for i in range(start, len(messages)):
             flags = scheme.flags(messages, i, pivot)
@@ -152,6 +177,8 @@ class RequestCounter:
             tokens, estimated = self._message(scheme, messages[i], flags)
             self._counts.append(tokens)
             self._approx.append(estimated)
+            self._sum += tokens
+            self._estimated += estimated
         self._messages, self._pivot = messages, pivot
         self._prune()
 
