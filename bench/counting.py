@@ -21,9 +21,12 @@ PARAGRAPH = (
 )
 
 
-def conversation(tokens: int, per_message: int = 500) -> Request:
-    """About ``tokens`` tokens of alternating user/assistant messages of ~``per_message`` each."""
-    text = PARAGRAPH * max(1, per_message // 30)
+def conversation(
+    tokens: int, per_message: int = 500, *, paragraph: str = PARAGRAPH, paragraph_tokens: int = 30
+) -> Request:
+    """About ``tokens`` tokens of alternating user/assistant messages of ~``per_message`` each,
+    made of ``paragraph`` (about ``paragraph_tokens`` tokens) repeated."""
+    text = paragraph * max(1, per_message // paragraph_tokens)
     n = max(2, tokens // per_message)
     msgs = tuple(
         Message(role="user" if i % 2 == 0 else "assistant", content=f"{i}: {text}")

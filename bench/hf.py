@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import counting as counting_bench  # bench/counting.py, beside this script
 from ctxbudget.counting import RequestCounter, count_request
 from ctxbudget.counting.template_input import template_messages
 from ctxbudget.messages.model import Message, Request
@@ -44,13 +45,7 @@ def folder(name: str, into: Path) -> Path:
 
 
 def conversation(tokens: int, per_message: int = 500) -> Request:
-    text = TEXT * max(1, per_message // 40)
-    n = max(2, tokens // per_message)
-    msgs = tuple(
-        Message(role="user" if i % 2 == 0 else "assistant", content=f"{i}: {text}")
-        for i in range(n)
-    )
-    return Request(system="You are a careful coding agent.", messages=msgs)
+    return counting_bench.conversation(tokens, per_message, paragraph=TEXT, paragraph_tokens=40)
 
 
 def median(fn: Callable[[], object], repeat: int) -> float:
