@@ -88,3 +88,55 @@ def test_cli_exit_2_one_line_for_a_hostile_folder_template(tmp_path: Path) -> No
     code, out, err = run_cli(["request", str(body), "--tokenizer", f"hf:{folder}"])
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and "sandbox" in err
+
+
+_AFTER_RENDERS = """
+import sys, time
+from ctxbudget.counting.hf import render_template
+from ctxbudget.counting.sandbox import Limits
+from ctxbudget.errors import InputError
+
+msgs = [{"role": "user", "content": "hi"}]
+for _ in range(3):
+    render_template("{% for m in messages %}{{ m.content }}{% endfor %}", msgs)
+if sys.argv[1] == "timeout":
+    try:
+        render_template(
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            msgs,
+            limits=Limits(seconds=0.2),
+        )
+    except InputError:
+        pass
+    time.sleep(0.2)  # the watchdog fires again 50 ms after its first timeout: nothing pending
+
+
+def work(n):
+    return sum(i for i in range(n))
+
+
+sys.settrace(lambda *args: None)  # what pdb, coverage and cProfile do
+work(1000)
+sys.settrace(None)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("case", ["plain", "timeout"])
+def test_a_tracer_still_runs_after_renders(case: str, tmp_path: Path) -> None:
+    # The watchdog once cleared a thread's async exception with SetAsyncExc(NULL) after every
+    # render, which leaves CPython's signal set: on 3.11 the next traced call spun for ever.
+    import subprocess
+    import sys
+
+    script = tmp_path / "after.py"
+    script.write_text(_AFTER_RENDERS, encoding="utf-8")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(script), case],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -255,53 +255,94 @@ def bound_template(template: Any) -> Any:
     return template
 
 
+_IDLE_LOOK = 1.0
+"""Seconds between the idle watchdog's looks (a render due sooner wakes it at once)."""
+
+
+class _Reset(BaseException):
+    """Sent by a thread to itself to consume a timeout the watchdog fired too late."""
+
+
 class _Watchdog:
-    """One daemon thread that raises ``RenderTimeout`` in threads whose render is overdue."""
+    """One daemon thread that raises ``RenderTimeout`` in threads whose render is overdue.
+
+    It never calls ``PyThreadState_SetAsyncExc(thread, NULL)``: CPython then leaves its
+    "async exception" signal set for good, which slows every later Python call of the process
+    (3.12: about a third) and makes any ``sys.settrace``/``sys.setprofile`` tool (pdb,
+    coverage, cProfile) hang on 3.11. A timeout fired after the render ended is consumed by
+    the thread itself instead (``_consume``), which clears the signal as a delivery does.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._due: dict[int, float] = {}
+        self._fired: set[int] = set()
+        self._wakes_at = float("inf")
+        """When the watchdog thread next looks at ``_due``: a render due later need not wake it."""
         self._thread: threading.Thread | None = None
 
     @contextmanager
     def deadline(self, seconds: float) -> Iterator[None]:
         ident = threading.get_ident()
         with self._wake:
-            self._due[ident] = time.monotonic() + seconds
+            due = self._due[ident] = time.monotonic() + seconds
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ctxbudget-jinja-watchdog")
                 self._thread.daemon = True
                 self._thread.start()
-            self._wake.notify()
+            if due < self._wakes_at:
+                self._wake.notify()
         try:
             yield
         finally:
             self._leave(ident)
 
     def _leave(self, ident: int) -> None:
-        """Forget ``ident``'s deadline and any timeout still pending in its thread."""
+        """Forget ``ident``'s deadline; consume a timeout fired for it and not yet raised."""
+        fired = False
         while True:
             try:
                 with self._wake:
                     self._due.pop(ident, None)
-                    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
-                return
-            except RenderTimeout:  # fired while leaving: the entry may still be there
-                continue
+                    fired = fired or ident in self._fired
+                    self._fired.discard(ident)
+                break
+            except RenderTimeout:  # raised while leaving: it is delivered, nothing is pending
+                fired = False
+        if fired:
+            _consume(ident)
 
     def _run(self) -> None:
+        idle_since: float | None = None
         with self._wake:
             while True:
                 now = time.monotonic()
                 for ident, due in list(self._due.items()):
                     if due <= now:  # again every 50 ms: a GC callback may swallow one
                         self._due[ident] = now + 0.05
+                        self._fired.add(ident)
                         ctypes.pythonapi.PyThreadState_SetAsyncExc(
                             ctypes.c_ulong(ident), ctypes.py_object(RenderTimeout)
                         )
-                wait = min(self._due.values(), default=now + 60.0) - now
-                self._wake.wait(timeout=max(wait, 0.005))
+                if self._due:
+                    idle_since, self._wakes_at = None, min(self._due.values())
+                else:  # look again each second for a minute, so a busy loop wakes no one
+                    idle_since = now if idle_since is None else idle_since
+                    self._wakes_at = now + _IDLE_LOOK if now - idle_since < 60 else float("inf")
+                wait = self._wakes_at - now
+                self._wake.wait(timeout=max(wait, 0.005) if wait < float("inf") else None)
+
+
+def _consume(ident: int) -> None:
+    """Replace a pending timeout of this thread by ``_Reset`` and let it be raised here: a
+    delivered async exception is the only thing that clears CPython's signal for one."""
+    try:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(_Reset))
+        for _ in range(1_000_000):  # delivered at the first backward jump
+            pass
+    except (_Reset, RenderTimeout):
+        pass
 
 
 _WATCHDOG = _Watchdog()
