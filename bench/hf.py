@@ -1,22 +1,24 @@
 """hf: model folders: full count vs transformers, and the incremental step vs tokenising the
-new message alone (qwen3 built-in and the Qwen2.5 hf: folder). Writes bench/hf.md.
+new message alone (built-in qwen3, the Qwen2.5 and Llama-3 hf: folders). Writes bench/hf.md.
 
 Run: PYTHONPATH=src .venv/bin/python bench/hf.py   (needs the dev extra: transformers)
 """
 
 from __future__ import annotations
 
+import gc
 import gzip
 import shutil
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import counting as counting_bench  # bench/counting.py, beside this script
 from ctxbudget.counting import RequestCounter, count_request
-from ctxbudget.counting.template_input import template_messages
+from ctxbudget.counting.template_input import message_text, template_messages
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.tokens.registry import get_tokenizer
 
@@ -57,25 +59,45 @@ def median(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
-def step(counter: str, base: Request, repeat: int, tool: bool = False) -> float:
-    """Median seconds to count ``base`` + one new message, ``base`` already counted; the new
-    message takes the other role than the last one (user after a reply, reply after a user),
-    or with ``tool`` is a tool result (``i`` + the source file) after the last reply."""
-    role = "assistant" if base.messages[-1].role == "user" else "user"
-    times = []
-    for i in range(repeat):
-        rc = RequestCounter(counter)
-        rc.count(base)
-        added = (
-            Message(role="tool", content=f"{i} {TOOL_RESULT}")
-            if tool
-            else Message(role=role, content=f"{i} {NEW}")
-        )
-        new = base.with_messages((*base.messages, added))
-        start = time.perf_counter()
-        rc.count(new)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def step(counter: str, base: Request, repeat: int, tool: bool = False) -> tuple[float, float]:
+    """Median seconds of a step and of tokenising its new message alone, measured in turn.
+
+    A step counts the previous request + one new message, the previous request counted just
+    before by the same counter, as in a loop. The previous request is ``base`` with its last
+    message made new each repeat (``i`` first), so what a real step re-renders of it (Qwen3's
+    reply losing its empty ``<think>``) is rendered here too, once, while the history keeps its
+    size. The new message takes the other role than the last one (user after a reply, reply
+    after a user) or, with ``tool``, is a tool result (the source file) after the last reply.
+    The baseline is the tokenizer's ``encode(text, special=True)`` of the new message's text,
+    timed next to the step. Garbage collection is off while timing, as ``timeit`` does.
+    """
+    last = base.messages[-1]
+    role = "assistant" if last.role == "user" else "user"
+    tokenizer = get_tokenizer(counter)
+    rc = RequestCounter(counter)
+    steps, alone = [], []
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(repeat + 3):  # the first three warm the caches up
+            previous = base.with_messages(
+                (*base.messages[:-1], replace(last, content=f"{i} {message_text(last)}"))
+            )
+            text = f"{i} {TOOL_RESULT if tool else NEW}"
+            added = Message(role="tool" if tool else role, content=text)
+            new = previous.with_messages((*previous.messages, added))
+            rc.count(previous)
+            start = time.perf_counter()
+            rc.count(new)
+            took = time.perf_counter() - start
+            start = time.perf_counter()
+            tokenizer.encode(text, special=True)
+            if i >= 3:
+                steps.append(took)
+                alone.append(time.perf_counter() - start)
+    finally:
+        gc.enable()
+    return statistics.median(steps), statistics.median(alone)
 
 
 def full_counts(name: str, path: Path, label: str) -> list[str]:
@@ -127,22 +149,16 @@ def main() -> None:
         ]
         counters = {"qwen3": "qwen3", **{k: f"hf:{v}" for k, v in folders.items()}}
         for label, counter in counters.items():
-            tokenizer = get_tokenizer(counter)
-            # The baseline: the same tokenizer object's encode of the new message's text.
-            alone = median(lambda t=tokenizer: t.encode(f"0 {NEW}", special=True), 50)
-            alone_tool = median(lambda t=tokenizer: t.encode(f"0 {TOOL_RESULT}", special=True), 50)
             for size in (1_000, 10_000, 100_000, 1_000_000):
                 even = conversation(size)
                 cases = [(even, False), (even.with_messages(even.messages[:-1]), False)]
                 for base, tool in [*cases, (even, True)]:
-                    took = step(counter, base, 3 if size >= 1_000_000 else 7, tool)
+                    took, base_s = step(counter, base, 15 if size >= 1_000_000 else 41, tool)
                     kind = "reply" if base.messages[-1].role == "user" else "user turn"
-                    kind, base_s = (
-                        ("tool result (~2K tokens)", alone_tool) if tool else (kind, alone)
-                    )
+                    kind = "tool result (~2K tokens)" if tool else kind
                     lines.append(
                         f"| {label} | {kind} | {size:,} | {took * 1e3:.3f} ms |"
-                        f" {base_s * 1e3:.3f} ms | {took / base_s:.1f}x |"
+                        f" {base_s * 1e3:.3f} ms | {took / base_s:.2f}x |"
                     )
                     print(lines[-1], flush=True)
     (HERE / "hf.md").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from ctxbudget.counting.template_input import plain, tojson
 from ctxbudget.errors import InputError
@@ -23,6 +23,8 @@ from ctxbudget.tokens.hf_folder import folder_root, folder_tokens, read_json
 if TYPE_CHECKING:
     from ctxbudget.counting.sandbox import Limits
 
+_T = TypeVar("_T")
+
 
 def _raise_exception(message: str) -> NoReturn:
     from jinja2.exceptions import TemplateError
@@ -30,7 +32,8 @@ def _raise_exception(message: str) -> NoReturn:
     raise TemplateError(message)
 
 
-def _strftime_now(fmt: str) -> str:
+def strftime_now(fmt: str) -> str:
+    """transformers' ``strftime_now``: the local time now in ``fmt``."""
     return datetime.now().strftime(fmt)
 
 
@@ -73,7 +76,7 @@ def environment() -> Any:
     )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
+    env.globals["strftime_now"] = strftime_now
     return env
 
 
@@ -123,16 +126,22 @@ def render_template(
 ) -> str:
     """Render ``source`` as a server renders a chat request, within ``limits`` (time, size);
     any failure of the template's code is an InputError of one line."""
-    from jinja2 import TemplateError
-
     from ctxbudget.counting.sandbox import Limits, render_bounded
 
     template = compiled if compiled is not None else compile_template(source)
     variables = {"messages": messages, "tools": tools, "documents": None, **extra}
     variables["add_generation_prompt"] = add_generation_prompt
     chosen = limits or Limits(input_chars=_input_chars([messages, tools]))
+    return run_template_code(lambda: render_bounded(template, variables, chosen))
+
+
+def run_template_code(call: Callable[[], _T]) -> _T:
+    """``call()`` (a template's render, or a macro of one, bounded by the sandbox); any failure
+    of the template's code is an InputError of one line."""
+    from jinja2 import TemplateError
+
     try:
-        return render_bounded(template, variables, chosen)
+        return call()
     except TemplateError as exc:  # SecurityError, UndefinedError and raise_exception included
         what = "refused by the sandbox" if type(exc).__name__ == "SecurityError" else "failed"
         raise InputError(f"chat template {what}: {_first_line(exc)}") from exc

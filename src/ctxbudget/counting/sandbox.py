@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from jinja2 import Environment, nodes
 from jinja2.exceptions import SecurityError, TemplateError
@@ -38,6 +38,7 @@ MAX_INT_BITS = 4096
 MAX_ARGUMENT = 1_000_000
 """Largest integer a call or filter may take (widths, counts, ``lipsum(n)``)."""
 
+_T = TypeVar("_T")
 _WIDTH = re.compile(r"\d{7,}")  # a format width/precision of a million or more
 
 
@@ -348,20 +349,30 @@ def _consume(ident: int) -> None:
 _WATCHDOG = _Watchdog()
 
 
-def render_bounded(template: Any, variables: dict[str, Any], limits: Limits) -> str:
-    """Render ``template`` within ``limits``; over a limit raises ``TemplateError``."""
+def run_bounded(call: Callable[[], _T], limits: Limits) -> _T:
+    """Run template code (a render, or a macro of one) within ``limits``; over a limit raises
+    ``TemplateError``."""
     _current.limits = limits
-    pieces: list[str] = []
-    size = 0
     try:
         with _WATCHDOG.deadline(limits.seconds):
-            for piece in template.generate(**variables):
-                size += len(piece)
-                if size > limits.max_output:
-                    raise _refuse(f"a rendered prompt of over {limits.max_output:,} characters")
-                pieces.append(piece)
+            return call()
     except RenderTimeout:
         raise TemplateError(f"the template ran past its {limits.seconds:g} s deadline") from None
     finally:
         _current.limits = None
-    return "".join(pieces)
+
+
+def render_bounded(template: Any, variables: dict[str, Any], limits: Limits) -> str:
+    """Render ``template`` within ``limits``; over a limit raises ``TemplateError``."""
+
+    def render() -> str:
+        pieces: list[str] = []
+        size = 0
+        for piece in template.generate(**variables):
+            size += len(piece)
+            if size > limits.max_output:
+                raise _refuse(f"a rendered prompt of over {limits.max_output:,} characters")
+            pieces.append(piece)
+        return "".join(pieces)
+
+    return run_bounded(render, limits)

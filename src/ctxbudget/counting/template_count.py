@@ -16,9 +16,15 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxbudget.counting.hf import FolderTemplate, render_template
+from ctxbudget.counting.hf import (
+    FolderTemplate,
+    render_template,
+    run_template_code,
+    strftime_now,
+)
 from ctxbudget.counting.result import RequestCount
-from ctxbudget.counting.sandbox import Limits
+from ctxbudget.counting.sandbox import Limits, run_bounded
+from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allowed
 from ctxbudget.counting.template_input import message_dict, message_text, template_tools
 from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
 from ctxbudget.errors import InputError
@@ -46,6 +52,7 @@ class PieceCache:
     dicts: list[dict[str, Any]] = field(default_factory=list)
     chars: list[int] = field(default_factory=list)
     """Running total of the messages' text, for the sandbox's input-proportional limits."""
+    system: dict[str, Any] | None = None
     tool_specs: tuple[Any, ...] | None = None
     tools: list[dict[str, Any]] | None = None
 
@@ -63,11 +70,14 @@ class PieceCache:
             total += _message_chars(message)
             self.chars.append(total)
         self.messages = new
-        head = [{"role": "system", "content": request.system}] if request.system else []
-        return [*head, *self.dicts] if head else list(self.dicts)
+        if not request.system:
+            return list(self.dicts)
+        if self.system is None or self.system["content"] != request.system:
+            self.system = {"role": "system", "content": request.system}
+        return [self.system, *self.dicts]  # the same system dict each step (template_frame)
 
     def template_tools(self, request: Request) -> list[dict[str, Any]] | None:
-        if self.tool_specs is not request.tools:
+        if self.tool_specs is not request.tools and self.tool_specs != request.tools:
             self.tool_specs, self.tools = request.tools, template_tools(request)
         return self.tools
 
@@ -183,30 +193,32 @@ class TemplateScheme:
             lambda text: self._tokens(text, cache),
             lambda text: (tok.starts_with_cut(text), tok.ends_with_cut(text)),
         )
-        text = self.render(
-            messages,
-            tools,
-            source=source,
-            compiled=plan.template,
-            limits=limits,
-            ctxbudget_loop=run,
-        )
-        before, marker, after = text.partition(LOOP_MARKER)
+        frame = memo.frame
+        if frame is not None and frame.reusable(messages, tools, strftime_now):
+            # The head and tail would render as last time: run the loop alone.
+            loop_input = frame.loop_input(messages)
+            run_template_code(
+                lambda: run_bounded(lambda: run(loop_input, frame.body, list(frame.outer)), limits)
+            )
+        else:
+            frame = self._render_frame(plan, source, messages, tools, cache, limits, run)
+            if frame is None:
+                return None
         items = memo.items
         offset = len(messages) - len(items)
         suffix = not items or (
             offset >= 0 and items[0] is messages[offset] and items[-1] is messages[-1]
         )
-        if not marker or LOOP_MARKER in after or not suffix or not self._apart(before, memo, after):
+        if not suffix or not self._apart(frame.before, memo, frame.after):
+            memo.frame = None
             return None
         h = 1 if request.system else 0
-        head_tokens = self._tokens(before, cache) + sum(memo.counts[: max(0, h - offset)])
+        head_tokens = frame.before_tokens + sum(memo.counts[: max(0, h - offset)])
         parts = [0] * max(0, offset - h) + memo.counts[max(0, h - offset) :]
-        tail = self._tokens(after, cache)
         if parts:
-            parts[-1] += tail
+            parts[-1] += frame.after_tokens
         else:
-            head_tokens += tail
+            head_tokens += frame.after_tokens
         tools_tokens = self._tools_share(source, messages[:h], tools, head_tokens, cache)
         system = head_tokens - tools_tokens
         return RequestCount(
@@ -219,6 +231,57 @@ class TemplateScheme:
             per_message=tuple(parts),
             floor=system + tools_tokens,
         )
+
+    def _render_frame(
+        self,
+        plan: LoopPlan,
+        source: str,
+        messages: list[dict[str, Any]],
+        tools: Any,
+        cache: PieceCache,
+        limits: Limits,
+        run: Any,
+    ) -> Frame | None:
+        """Render the template with its loop memoised, watching what the head and tail read
+        of ``messages``; the frame is kept in the memo when a later step may reuse it."""
+        memo = cache.loops[source]
+        memo.frame = None
+        reads = Reads()
+        called: list[tuple[tuple[slice, ...] | None, Any, tuple[Any, ...]]] = []
+
+        def loop(view: Any, body: Any, outer: list[Any]) -> str:
+            observed = isinstance(view, Observed)
+            called.append((view.path if observed else None, body, tuple(outer)))
+            return str(run(view.plain() if observed else view, body, outer))
+
+        text = self.render(
+            Observed(messages, reads),
+            tools,
+            source=source,
+            compiled=plan.template,
+            limits=limits,
+            ctxbudget_loop=loop,
+            strftime_now=reads.strftime_now(strftime_now),
+        )
+        before, marker, after = text.partition(LOOP_MARKER)
+        if not marker or LOOP_MARKER in after or len(called) != 1:
+            return None
+        view, body, outer = called[0]
+        frame = Frame(
+            before=before,
+            after=after,
+            reads=reads,
+            tools=tools,
+            view=view or (),
+            body=body,
+            outer=outer,
+            before_tokens=self._tokens(before, cache),
+            after_tokens=self._tokens(after, cache),
+            length_cuts=plan.length_cuts,
+        )
+        if view is not None and plan.deterministic and not reads.whole and frame_allowed(outer):
+            memo.frame = frame
+        return frame
 
     def _apart(self, before: str, memo: LoopMemo, after: str) -> bool:
         """True when every seam between head, loop parts and tail is an added token."""

@@ -20,6 +20,7 @@ _BODY, _LOOP = "ctxbudget_loop_body", "ctxbudget_loop"
 _POSITION = frozenset({"index0", "index", "first"})
 _END = frozenset({"last", "length", "revindex", "revindex0"})
 _RESERVED = frozenset({"caller", "varargs", "kwargs", _BODY, _LOOP})
+_ORDER = frozenset({"eq", "ne", "lt", "lteq", "gt", "gteq"})
 _CHANGING = frozenset({"strftime_now", "lipsum", "cycler", "joiner"})  # clock, random, state
 
 
@@ -35,6 +36,13 @@ class LoopPlan:
     """How far back the body looks (``messages[loop.index0 - before]``)."""
     after: int
     """How far ahead it looks (``messages[loop.index0 + after]``)."""
+    deterministic: bool = True
+    """False when the template draws random text (``lipsum``, ``|random``): its head and tail
+    are then rendered every time (``template_frame``)."""
+    length_cuts: frozenset[int] | None = None
+    """Where the template's use of ``messages | length`` can change: every use compares it with
+    one of these constants (``!= 0``), 0 and 1 included for a bare ``if messages``; None when
+    a use is anything else (printed, added to), so the exact length matters."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +176,40 @@ def plan_loop(source: str) -> LoopPlan | None:
         template = bound_template(env.template_class.from_code(env, code, env.make_globals(None)))
     except Exception:
         return None
-    return LoopPlan(template, outer, attrs, before, after)
+    random = any(n.name == "lipsum" for n in tree.find_all(nodes.Name)) or any(
+        n.name == "random" for n in tree.find_all(nodes.Filter)
+    )
+    cuts = _length_cuts(tree)
+    return LoopPlan(
+        template, outer, attrs, before, after, deterministic=not random, length_cuts=cuts
+    )
+
+
+def _length_cuts(tree: Any) -> frozenset[int] | None:
+    """``LoopPlan.length_cuts`` of a parsed template whose loop is now the ``_BODY`` macro.
+
+    Any list the head or tail holds may be ``messages`` or a slice of it under another name
+    (``loop_messages``), so every ``| length`` / ``| count`` outside the body must be compared
+    with an integer constant; the body sees plain lists, its lengths are its own.
+    """
+    from jinja2 import nodes
+
+    def is_length(node: Any) -> bool:
+        return isinstance(node, nodes.Filter) and node.name in ("length", "count")
+
+    outside = [n for n in tree.body if not (isinstance(n, nodes.Macro) and n.name == _BODY)]
+    found = [f for node in outside for f in (node, *node.find_all(nodes.Node))]
+    uses = sum(is_length(n) for n in found)
+    cuts = {0, 1}
+    for compare in (n for n in found if isinstance(n, nodes.Compare) and len(n.ops) == 1):
+        pair = (compare.expr, compare.ops[0].expr)
+        if compare.ops[0].op not in _ORDER:
+            continue
+        for side, other in (pair, pair[::-1]):
+            if is_length(side) and isinstance(other, nodes.Const) and type(other.value) is int:
+                cuts.update((other.value, other.value + 1))
+                uses -= 1
+    return frozenset(cuts) if uses == 0 else None
 
 
 @dataclass(slots=True)
@@ -183,6 +224,8 @@ class LoopMemo:
     """Whether each text starts / ends with an added token the tokenizer cuts at."""
     bad: set[int] = field(default_factory=set)
     """Positions ``i`` where text ``i - 1`` meets text ``i`` without such a token."""
+    frame: Any = None
+    """The last render's head and tail (``template_frame.Frame``), when they may be reused."""
 
     def callback(
         self,

@@ -1,0 +1,233 @@
+"""Reuse a template's head and tail across steps when what they read of ``messages`` is unchanged.
+
+A memoised loop (``template_loop``) still renders the template around it on every count: the
+head (system prompt, tool list, date) and the tail (generation prompt). Those read little of
+``messages`` (``messages[0]``, its length, ``messages[1:]``), so the render is given an
+``Observed`` list that records each read as a path of slices and an index or a length. A later
+request whose reads give the same objects, with the same tools and clock, renders the same head
+and tail (a template is a function of what it reads), so only the loop runs again. A render
+that iterates ``messages`` (or reads it any other way) reads all of it and is not reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, SupportsIndex
+
+from jinja2.runtime import Undefined
+from markupsafe import Markup
+
+_MISSING: Any = object()  # a read that raised IndexError
+# Values the loop body may take from the head: text, numbers, functions (raise_exception).
+_FIXED = (str, int, float, bool, type(None), Markup, Undefined, type(len), type(lambda: None))
+
+
+@dataclass(slots=True)
+class Reads:
+    """What one render read of ``messages``, and of the clock."""
+
+    items: list[tuple[tuple[slice, ...], int, Any]] = field(default_factory=list)
+    lengths: list[tuple[tuple[slice, ...], int]] = field(default_factory=list)
+    whole: bool = False
+    """True when the render read ``messages`` some other way (iterated, compared, printed)."""
+    clock: list[tuple[str, str]] = field(default_factory=list)
+    """``strftime_now`` calls: format and result."""
+
+    def strftime_now(self, now: Callable[[str], str]) -> Callable[[str], str]:
+        """``now`` recording each call, for the render's ``strftime_now``."""
+
+        def recorded(fmt: str) -> str:
+            text = now(fmt)
+            self.clock.append((fmt, text))
+            return text
+
+        return recorded
+
+
+def _view(n: int, path: tuple[slice, ...]) -> range:
+    positions = range(n)
+    for cut in path:
+        positions = positions[cut]
+    return positions
+
+
+class Observed(list[Any]):
+    """A list of message dicts that records, in ``reads``, what is read of it."""
+
+    __slots__ = ("_path", "_reads")
+
+    def __init__(self, items: list[Any], reads: Reads, path: tuple[slice, ...] = ()) -> None:
+        super().__init__(items)
+        self._reads = reads
+        self._path = path
+
+    @property
+    def path(self) -> tuple[slice, ...]:
+        return self._path
+
+    def plain(self) -> list[Any]:
+        """The items as a plain list, unrecorded."""
+        return list.copy(self)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice):
+            return Observed(list.__getitem__(self, key), self._reads, (*self._path, key))
+        if type(key) is not int:
+            self._whole()
+            return list.__getitem__(self, key)
+        try:
+            value = list.__getitem__(self, key)
+        except IndexError:
+            self._reads.items.append((self._path, key, _MISSING))
+            raise
+        self._reads.items.append((self._path, key, value))
+        return value
+
+    def __len__(self) -> int:
+        n = list.__len__(self)
+        self._reads.lengths.append((self._path, n))
+        return n
+
+    def _whole(self) -> None:
+        self._reads.whole = True
+
+    def __iter__(self) -> Iterator[Any]:
+        self._whole()
+        return list.__iter__(self)
+
+    def __reversed__(self) -> Iterator[Any]:
+        self._whole()
+        return list.__reversed__(self)
+
+    def __contains__(self, item: object) -> bool:
+        self._whole()
+        return list.__contains__(self, item)
+
+    def __eq__(self, other: object) -> bool:
+        self._whole()
+        return list.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        self._whole()
+        return list.__ne__(self, other)
+
+    def __lt__(self, other: list[Any]) -> bool:
+        self._whole()
+        return list.__lt__(self, other)
+
+    def __le__(self, other: list[Any]) -> bool:
+        self._whole()
+        return list.__le__(self, other)
+
+    def __gt__(self, other: list[Any]) -> bool:
+        self._whole()
+        return list.__gt__(self, other)
+
+    def __ge__(self, other: list[Any]) -> bool:
+        self._whole()
+        return list.__ge__(self, other)
+
+    def __add__(self, other: Any) -> Any:
+        self._whole()
+        return list.__add__(self, other)
+
+    def __radd__(self, other: Any) -> Any:
+        self._whole()
+        return other + list.copy(self)
+
+    def __mul__(self, count: SupportsIndex) -> Any:
+        self._whole()
+        return list.__mul__(self, count)
+
+    def __rmul__(self, count: SupportsIndex) -> Any:
+        self._whole()
+        return list.__rmul__(self, count)
+
+    def index(self, *args: Any) -> int:
+        self._whole()
+        return list.index(self, *args)
+
+    def count(self, item: Any) -> int:
+        self._whole()
+        return list.count(self, item)
+
+    def copy(self) -> list[Any]:
+        self._whole()
+        return list.copy(self)
+
+    def __repr__(self) -> str:
+        self._whole()
+        return list.__repr__(self)
+
+    def __str__(self) -> str:
+        self._whole()
+        return list.__repr__(self)
+
+    def __format__(self, spec: str) -> str:
+        self._whole()
+        return format(list.copy(self), spec)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        raise TypeError("an observed message list is not copied")
+
+    __hash__ = None
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """A render's head and tail text, what they read, and how its loop was called."""
+
+    before: str
+    after: str
+    reads: Reads
+    tools: Any
+    view: tuple[slice, ...]
+    """The slices that made the list the loop was given (``messages[1:]``)."""
+    body: Any
+    outer: tuple[Any, ...]
+    before_tokens: int
+    after_tokens: int
+    length_cuts: frozenset[int] | None = None
+    """Lengths only compared with these constants (``LoopPlan.length_cuts``): a length on the
+    same side of each as before reads the same; None: only the same length does."""
+
+    def reusable(self, messages: list[Any], tools: Any, now: Callable[[str], str]) -> bool:
+        """True when a render of ``messages`` would read the same objects as this one did."""
+        reads = self.reads
+        if tools is not self.tools or any(now(fmt) != text for fmt, text in reads.clock):
+            return False
+        n = len(messages)
+        cuts = self.length_cuts
+        for path, length in reads.lengths:
+            other = len(_view(n, path))
+            if other != length and (cuts is None or _side(other, cuts) != _side(length, cuts)):
+                return False
+        for path, index, value in reads.items:
+            try:
+                got = messages[_view(n, path)[index]]
+            except IndexError:
+                got = _MISSING
+            if got is not value:
+                return False
+        return True
+
+    def loop_input(self, messages: list[Any]) -> list[Any]:
+        """The list this render's loop would be given for ``messages``."""
+        positions = _view(len(messages), self.view)
+        if positions.step == 1:
+            return messages[positions.start : positions.stop]
+        return [messages[i] for i in positions]
+
+
+def _side(length: int, cuts: frozenset[int]) -> tuple[bool, ...]:
+    """Which side of each cut ``length`` is on (``length < cut`` for each): comparisons of the
+    length with ``c`` (``==``, ``<``, ...) give the same answers for two lengths with the same
+    sides when ``c`` and ``c + 1`` are cuts."""
+    return tuple(length < cut for cut in sorted(cuts))
+
+
+def frame_allowed(outer: tuple[Any, ...]) -> bool:
+    """True when the values the loop body takes from the head are plain and cannot change
+    behind it (text, numbers, functions); a namespace or list the tail may still alter is not."""
+    return all(isinstance(v, _FIXED) for v in outer)
