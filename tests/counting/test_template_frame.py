@@ -97,6 +97,7 @@ def test_each_step_equals_a_fresh_count(
         got = stepped.count(request)
         per_step.append(renders[0] - before)
         assert got == count_request(request, counter)
+        assert sum(got.per_message) == got.messages and got.total == got.system + got.messages
     reused = TEMPLATES[name][1]
     # "first" reads messages[0] (the same dict each step: the system prompt or the first
     # turn) and compares a length with 0, true from the first step on.

@@ -213,10 +213,14 @@ class TemplateScheme:
             memo.frame = None
             return None
         h = 1 if request.system else 0
-        head_tokens = frame.before_tokens + sum(memo.counts[: max(0, h - offset)])
-        parts = [0] * max(0, offset - h) + memo.counts[max(0, h - offset) :]
+        lead = max(0, h - offset)  # the system prompt's own loop text (0 or 1 of them)
+        lead_tokens = sum(memo.counts[:lead])
+        head_tokens = frame.before_tokens + lead_tokens
+        message_tokens = memo.total - lead_tokens
+        parts = [0] * max(0, offset - h) + memo.counts[lead:]
         if parts:
             parts[-1] += frame.after_tokens
+            message_tokens += frame.after_tokens
         else:
             head_tokens += frame.after_tokens
         tools_tokens = self._tools_share(source, messages[:h], tools, head_tokens, cache)
@@ -224,10 +228,10 @@ class TemplateScheme:
         return RequestCount(
             counter=self.name,
             kind="exact",
-            total=head_tokens + sum(parts),
+            total=head_tokens + message_tokens,
             system=system,
             tools=tools_tokens,
-            messages=sum(parts),
+            messages=message_tokens,
             per_message=tuple(parts),
             floor=system + tools_tokens,
         )

@@ -224,6 +224,8 @@ class LoopMemo:
     """Whether each text starts / ends with an added token the tokenizer cuts at."""
     bad: set[int] = field(default_factory=set)
     """Positions ``i`` where text ``i - 1`` meets text ``i`` without such a token."""
+    total: int = 0
+    """``sum(counts)``, kept as counts change, so a step does not add up every message."""
     frame: Any = None
     """The last render's head and tail (``template_frame.Frame``), when they may be reused."""
 
@@ -239,6 +241,7 @@ class LoopMemo:
             start = self._first_stale(plan, messages, outer)
             self.outer = None  # until this render ends: a template that fails midway (its
             n = len(messages)  # raise_exception) leaves texts the next render must redo
+            self.total -= sum(self.counts[n:])
             del self.texts[n:], self.counts[n:], self.edges[n:]
             early = range(min(plan.before, start))  # messages[-1] of the first ones wraps
             changed = [*early, *range(start, n)]
@@ -246,8 +249,10 @@ class LoopMemo:
                 text = str(body(messages[i], FakeLoop(i, n), messages, *outer))
                 entry = (text, count(text), edges(text))
                 if i < len(self.texts):
+                    self.total += entry[1] - self.counts[i]
                     self.texts[i], self.counts[i], self.edges[i] = entry
                 else:
+                    self.total += entry[1]
                     self.texts.append(entry[0])
                     self.counts.append(entry[1])
                     self.edges.append(entry[2])
