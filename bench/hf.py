@@ -29,6 +29,7 @@ TEXT = (
     "代理读取了文件，找到了解析器中失败的断言。 🙂 "
 )
 NEW = "Please also run the tests again and report which ones still fail. " * 8
+LONG = TEXT * 12  # about the size of each history message (~500 tokens)
 # A realistic agent step: a tool result carrying a real source file (~2,000 tokens).
 SOURCE = (HERE.parent / "tests" / "data" / "estimators" / "python.txt").read_text("utf-8")
 TOOL_RESULT = SOURCE[: SOURCE.index("\n", 8_000) + 1]  # its first ~8,000 characters
@@ -59,15 +60,15 @@ def median(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
-def step(counter: str, base: Request, repeat: int, tool: bool = False) -> tuple[float, float]:
+def step(counter: str, base: Request, repeat: int, added_text: str) -> tuple[float, float]:
     """Median seconds of a step and of tokenising its new message alone, measured in turn.
 
     A step counts the previous request + one new message, the previous request counted just
     before by the same counter, as in a loop. The previous request is ``base`` with its last
     message made new each repeat (``i`` first), so what a real step re-renders of it (Qwen3's
     reply losing its empty ``<think>``) is rendered here too, once, while the history keeps its
-    size. The new message takes the other role than the last one (user after a reply, reply
-    after a user) or, with ``tool``, is a tool result (the source file) after the last reply.
+    size. The new message (``added_text``) takes the other role than the last one (user after a
+    reply, reply after a user), or is a tool result when it is ``TOOL_RESULT``.
     The baseline is the tokenizer's ``encode(text, special=True)`` of the new message's text,
     timed next to the step. Garbage collection is off while timing, as ``timeit`` does.
     """
@@ -83,8 +84,8 @@ def step(counter: str, base: Request, repeat: int, tool: bool = False) -> tuple[
             previous = base.with_messages(
                 (*base.messages[:-1], replace(last, content=f"{i} {message_text(last)}"))
             )
-            text = f"{i} {TOOL_RESULT if tool else NEW}"
-            added = Message(role="tool" if tool else role, content=text)
+            text = f"{i} {added_text}"
+            added = Message(role="tool" if added_text is TOOL_RESULT else role, content=text)
             new = previous.with_messages((*previous.messages, added))
             rc.count(previous)
             start = time.perf_counter()
@@ -143,22 +144,27 @@ def main() -> None:
             lines += full_counts(f"hf:{path}", path, label)
         lines += ["", "## Step: history + one new message, vs tokenising the new message alone", ""]
         lines += [
-            "| counter | appended | history tokens | step | new message alone |"
+            "| counter | appended | history tokens | step | new message alone | step - alone |"
             " ratio (goal <= 1.3) |",
-            "|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|",
         ]
         counters = {"qwen3": "qwen3", **{k: f"hf:{v}" for k, v in folders.items()}}
         for label, counter in counters.items():
             for size in (1_000, 10_000, 100_000, 1_000_000):
                 even = conversation(size)
-                cases = [(even, False), (even.with_messages(even.messages[:-1]), False)]
-                for base, tool in [*cases, (even, True)]:
-                    took, base_s = step(counter, base, 15 if size >= 1_000_000 else 41, tool)
-                    kind = "reply" if base.messages[-1].role == "user" else "user turn"
-                    kind = "tool result (~2K tokens)" if tool else kind
+                odd = even.with_messages(even.messages[:-1])  # ends with a user turn
+                cases = [
+                    ("user turn (~110 tokens)", even, NEW),
+                    ("reply (~110 tokens)", odd, NEW),
+                    ("reply (~500 tokens)", odd, LONG),
+                    ("tool result (~2K tokens)", even, TOOL_RESULT),
+                ]
+                for kind, base, text in cases:
+                    took, alone = step(counter, base, 15 if size >= 1_000_000 else 41, text)
                     lines.append(
                         f"| {label} | {kind} | {size:,} | {took * 1e3:.3f} ms |"
-                        f" {base_s * 1e3:.3f} ms | {took / base_s:.2f}x |"
+                        f" {alone * 1e3:.3f} ms | {(took - alone) * 1e6:+.0f} us |"
+                        f" {took / alone:.2f}x |"
                     )
                     print(lines[-1], flush=True)
     (HERE / "hf.md").write_text("\n".join(lines) + "\n", encoding="utf-8")

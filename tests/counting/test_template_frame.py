@@ -190,3 +190,31 @@ def _frame(reads: Reads) -> Frame:
         after_tokens=0,
         length_cuts=None,
     )
+
+
+def test_strftime_now_is_remade_each_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datetime as real
+    from types import SimpleNamespace
+
+    import ctxbudget.counting.hf as hf
+
+    clock = {"t": 1_000.2, "made": 0}
+
+    class Fake(real.datetime):
+        @classmethod
+        def now(cls, tz: object = None) -> Fake:  # type: ignore[override]
+            clock["made"] += 1
+            return cls.fromtimestamp(clock["t"], real.UTC)
+
+    monkeypatch.setattr(hf, "datetime", Fake)
+    monkeypatch.setattr(hf, "time", SimpleNamespace(time=lambda: clock["t"]))
+    hf._CLOCK.clear()
+    first = hf.strftime_now("%H:%M:%S")
+    clock["t"] = 1_000.9
+    assert hf.strftime_now("%H:%M:%S") == first and clock["made"] == 1  # the same second
+    hf.strftime_now("%S.%f")
+    hf.strftime_now("%S.%f")
+    assert clock["made"] == 3  # microseconds are finer than a second: made each time
+    clock["t"] = 1_001.0
+    assert hf.strftime_now("%H:%M:%S") != first  # the next second: made again
+    hf._CLOCK.clear()

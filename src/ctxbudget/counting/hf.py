@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,9 +33,21 @@ def _raise_exception(message: str) -> NoReturn:
     raise TemplateError(message)
 
 
+_CLOCK: dict[str, tuple[int, str]] = {}
+"""The last ``strftime_now`` text of each format, with the second it was made in."""
+
+
 def strftime_now(fmt: str) -> str:
-    """transformers' ``strftime_now``: the local time now in ``fmt``."""
-    return datetime.now().strftime(fmt)
+    """transformers' ``strftime_now``: the local time now in ``fmt`` (a text made earlier in
+    the same second is reused: only ``%f`` is finer than a second)."""
+    second = int(time.time())
+    made = _CLOCK.get(fmt)
+    if made is not None and made[0] == second:
+        return made[1]
+    text = datetime.now().strftime(fmt)
+    if "%f" not in fmt and (fmt in _CLOCK or len(_CLOCK) < 64):
+        _CLOCK[fmt] = (second, text)
+    return text
 
 
 MAX_JSON_INDENT = 64  # transformers passes any indent; templates use 2 or 4

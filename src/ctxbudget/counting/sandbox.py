@@ -12,8 +12,7 @@ import ctypes
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sized
-from contextlib import contextmanager
+from collections.abc import Callable, Sized
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -233,6 +232,10 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         raise SecurityError(f"access to attribute {attribute!r} is not allowed")
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "+" and type(left) is str and type(right) is str:  # most of them
+            if len(left) + len(right) > _limits().max_value:
+                raise _refuse("a concatenation")
+            return left + right
         _check_binop(operator, left, right)
         return _check_size(super().call_binop(context, operator, left, right))
 
@@ -283,8 +286,8 @@ class _Watchdog:
         """When the watchdog thread next looks at ``_due``: a render due later need not wake it."""
         self._thread: threading.Thread | None = None
 
-    @contextmanager
-    def deadline(self, seconds: float) -> Iterator[None]:
+    def enter(self, seconds: float) -> int:
+        """Watch this thread for ``seconds``; returns the ident to give :meth:`leave`."""
         ident = threading.get_ident()
         with self._wake:
             due = self._due[ident] = time.monotonic() + seconds
@@ -294,12 +297,9 @@ class _Watchdog:
                 self._thread.start()
             if due < self._wakes_at:
                 self._wake.notify()
-        try:
-            yield
-        finally:
-            self._leave(ident)
+        return ident
 
-    def _leave(self, ident: int) -> None:
+    def leave(self, ident: int) -> None:
         """Forget ``ident``'s deadline; consume a timeout fired for it and not yet raised."""
         fired = False
         while True:
@@ -354,8 +354,11 @@ def run_bounded(call: Callable[[], _T], limits: Limits) -> _T:
     ``TemplateError``."""
     _current.limits = limits
     try:
-        with _WATCHDOG.deadline(limits.seconds):
+        ident = _WATCHDOG.enter(limits.seconds)
+        try:
             return call()
+        finally:
+            _WATCHDOG.leave(ident)
     except RenderTimeout:
         raise TemplateError(f"the template ran past its {limits.seconds:g} s deadline") from None
     finally:
