@@ -188,6 +188,8 @@ def _frame(reads: Reads) -> Frame:
         outer=(),
         before_tokens=0,
         after_tokens=0,
+        before_cut=False,
+        after_cut=False,
         length_cuts=None,
     )
 

@@ -130,6 +130,15 @@ class TemplateScheme:
     def _tokens(self, text: str, cache: PieceCache) -> int:
         return sum(self._counts(self.tokenizer.pieces(text), cache))
 
+    def _measure(self, text: str, cache: PieceCache) -> tuple[int, tuple[bool, bool]]:
+        """Tokens of ``text``, and whether its first / last piece is an added token cut at
+        (as the tokenizer splits ``text``: a token it takes inside a longer one is not)."""
+        pieces = self.tokenizer.pieces(text)
+        if not pieces:
+            return 0, (False, False)
+        is_cut = self.tokenizer.is_cut_token
+        return sum(self._counts(pieces, cache)), (is_cut(pieces[0]), is_cut(pieces[-1]))
+
     def _counts(self, pieces: list[str], cache: PieceCache) -> list[int]:
         """Each piece's count: from the cache, the new ones tokenised in one batch."""
         counts = cache.counts
@@ -187,12 +196,7 @@ class TemplateScheme:
         """The count with the message loop memoised; None when the loop's parts cannot be
         counted apart (a part that meets its neighbour without an added token between)."""
         memo = cache.loops.setdefault(source, LoopMemo())
-        tok = self.tokenizer
-        run = memo.callback(
-            plan,
-            lambda text: self._tokens(text, cache),
-            lambda text: (tok.starts_with_cut(text), tok.ends_with_cut(text)),
-        )
+        run = memo.callback(plan, lambda text: self._measure(text, cache))
         frame = memo.frame
         if frame is not None and frame.reusable(messages, tools, strftime_now):
             # The head and tail would render as last time: run the loop alone.
@@ -209,7 +213,7 @@ class TemplateScheme:
         suffix = not items or (
             offset >= 0 and items[0] is messages[offset] and items[-1] is messages[-1]
         )
-        if not suffix or not self._apart(frame.before, memo, frame.after):
+        if not suffix or not self._apart(frame, memo):
             memo.frame = None
             return None
         h = 1 if request.system else 0
@@ -271,6 +275,8 @@ class TemplateScheme:
         if not marker or LOOP_MARKER in after or len(called) != 1:
             return None
         view, body, outer = called[0]
+        before_tokens, (_, before_cut) = self._measure(before, cache)
+        after_tokens, (after_cut, _) = self._measure(after, cache)
         frame = Frame(
             before=before,
             after=after,
@@ -279,22 +285,23 @@ class TemplateScheme:
             view=view or (),
             body=body,
             outer=outer,
-            before_tokens=self._tokens(before, cache),
-            after_tokens=self._tokens(after, cache),
+            before_tokens=before_tokens,
+            after_tokens=after_tokens,
+            before_cut=before_cut,
+            after_cut=after_cut,
             length_cuts=plan.length_cuts,
         )
         if view is not None and plan.deterministic and not reads.whole and frame_allowed(outer):
             memo.frame = frame
         return frame
 
-    def _apart(self, before: str, memo: LoopMemo, after: str) -> bool:
+    @staticmethod
+    def _apart(frame: Frame, memo: LoopMemo) -> bool:
         """True when every seam between head, loop parts and tail is an added token."""
         if not memo.texts:
             return True
-        first, last = memo.texts[0], memo.texts[-1]
-        tok = self.tokenizer
-        head_ok = not before or tok.ends_with_cut(before) or tok.starts_with_cut(first)
-        tail_ok = not after or tok.ends_with_cut(last) or tok.starts_with_cut(after)
+        head_ok = not frame.before or frame.before_cut or memo.edges[0][0]
+        tail_ok = not frame.after or memo.edges[-1][1] or frame.after_cut
         return memo.seams_apart() and head_ok and tail_ok
 
     def _try_render(self, source: str, messages: list[dict[str, Any]], tools: Any) -> str | None:

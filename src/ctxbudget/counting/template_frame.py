@@ -188,6 +188,10 @@ class Frame:
     outer: tuple[Any, ...]
     before_tokens: int
     after_tokens: int
+    before_cut: bool
+    """``before`` ends with an added token the tokenizer cuts at."""
+    after_cut: bool
+    """``after`` starts with one."""
     length_cuts: frozenset[int] | None = None
     """Lengths only compared with these constants (``LoopPlan.length_cuts``): a length on the
     same side of each as before reads the same; None: only the same length does."""

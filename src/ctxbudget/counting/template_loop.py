@@ -232,10 +232,10 @@ class LoopMemo:
     def callback(
         self,
         plan: LoopPlan,
-        count: Callable[[str], int],
-        edges: Callable[[str], tuple[bool, bool]],
+        measure: Callable[[str], tuple[int, tuple[bool, bool]]],
     ) -> Callable[[list[Any], Any, list[Any]], str]:
-        """The ``ctxbudget_loop`` function the rewritten template calls."""
+        """The ``ctxbudget_loop`` function the rewritten template calls; ``measure`` gives a
+        text's token count and whether it starts / ends with an added token cut at."""
 
         def run(messages: list[Any], body: Any, outer: list[Any]) -> str:
             start = self._first_stale(plan, messages, outer)
@@ -247,7 +247,7 @@ class LoopMemo:
             changed = [*early, *range(start, n)]
             for i in changed:
                 text = str(body(messages[i], FakeLoop(i, n), messages, *outer))
-                entry = (text, count(text), edges(text))
+                entry = (text, *measure(text))
                 if i < len(self.texts):
                     self.total += entry[1] - self.counts[i]
                     self.texts[i], self.counts[i], self.edges[i] = entry

@@ -159,21 +159,6 @@ class ExactTokenizer:
             return self._count_batch(texts)
         return [len(self.encode(t, special=True)) for t in texts]
 
-    def starts_with_cut(self, text: str) -> bool:
-        """True when ``text`` begins with an added token that :meth:`pieces` cuts at."""
-        if self._boundary is None:
-            return False
-        match = self._boundary.pattern.match(text)
-        return match is not None and match.group() in self._boundary.cuts
-
-    def ends_with_cut(self, text: str) -> bool:
-        """True when ``text`` ends with an added token that :meth:`pieces` cuts at."""
-        if self._boundary is None:
-            return False
-        return (
-            self._boundary.tail.search(text, max(len(text) - self._boundary.longest, 0)) is not None
-        )
-
     def is_cut_token(self, piece: str) -> bool:
         """True when ``piece`` is an added token that :meth:`pieces` cuts at."""
         return self._boundary is not None and piece in self._boundary.cuts
@@ -212,9 +197,6 @@ class Boundary:
 
     pattern: re.Pattern[str]
     cuts: frozenset[str]
-    tail: re.Pattern[str]
-    """A cut token at the very end of a text."""
-    longest: int
 
 
 def token_boundary(cut: Iterable[str], every: Iterable[str] = ()) -> Boundary | None:
@@ -224,10 +206,7 @@ def token_boundary(cut: Iterable[str], every: Iterable[str] = ()) -> Boundary | 
     if not cuts:
         return None
     tokens = sorted(cuts | set(every), key=lambda t: (-len(t), t))  # longest branch first
-    tail = re.compile("(?:" + "|".join(re.escape(t) for t in sorted(cuts)) + r")\Z")
-    return Boundary(
-        re.compile("|".join(re.escape(t) for t in tokens)), cuts, tail, max(map(len, cuts))
-    )
+    return Boundary(re.compile("|".join(re.escape(t) for t in tokens)), cuts)
 
 
 @dataclass(frozen=True, slots=True)
