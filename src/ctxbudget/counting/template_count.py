@@ -24,7 +24,7 @@ from ctxbudget.counting.hf import (
 )
 from ctxbudget.counting.result import RequestCount
 from ctxbudget.counting.sandbox import Limits, run_bounded
-from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allowed
+from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allowed, unobserved
 from ctxbudget.counting.template_input import message_dict, message_text, template_tools
 from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
 from ctxbudget.errors import InputError
@@ -258,9 +258,9 @@ class TemplateScheme:
         called: list[tuple[tuple[slice, ...] | None, Any, tuple[Any, ...]]] = []
 
         def loop(view: Any, body: Any, outer: list[Any]) -> str:
-            observed = isinstance(view, Observed)
-            called.append((view.path if observed else None, body, tuple(outer)))
-            return str(run(view.plain() if observed else view, body, outer))
+            items, path = unobserved(view)
+            called.append((path, body, tuple(outer)))
+            return str(run(items, body, outer))
 
         text = self.render(
             Observed(messages, reads),

@@ -62,14 +62,6 @@ class Observed(list[Any]):
         self._reads = reads
         self._path = path
 
-    @property
-    def path(self) -> tuple[slice, ...]:
-        return self._path
-
-    def plain(self) -> list[Any]:
-        """The items as a plain list, unrecorded."""
-        return list.copy(self)
-
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, slice):
             return Observed(list.__getitem__(self, key), self._reads, (*self._path, key))
@@ -172,6 +164,15 @@ class Observed(list[Any]):
         raise TypeError("an observed message list is not copied")
 
     __hash__ = None
+
+
+def unobserved(seq: Any) -> tuple[list[Any], tuple[slice, ...] | None]:
+    """``seq`` as a plain list, unrecorded, and the slices that made it from ``messages``
+    (None when it is not an observed list). A module function, not a method: the sandbox
+    lets templates call public methods, and these must stay out of a template's reach."""
+    if isinstance(seq, Observed):
+        return list.copy(seq), seq._path
+    return seq, None
 
 
 @dataclass(frozen=True, slots=True)
