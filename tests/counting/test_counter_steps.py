@@ -6,7 +6,7 @@ tool result that another follows loses its ``<|im_end|>``: their bodies keep the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import pytest
@@ -124,10 +124,11 @@ def test_qwen3_append_one_by_one_equals_full_recount(conversation: list[Message]
         lambda m: m.role == "tool",
     ],
 )
-def test_generated_messages_reach_both_the_cut_and_the_fallback(shape: object) -> None:
+def test_generated_messages_reach_both_the_cut_and_the_fallback(
+    shape: Callable[[Message], bool],
+) -> None:
     """The shared ``messages()`` strategy (used by the incremental property of test_counter.py)
     draws replies that take the cut and replies that fall back to a whole count."""
-    assert callable(shape)
     assert shape(
         find(
             messages(),

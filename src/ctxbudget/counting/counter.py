@@ -2,7 +2,8 @@
 
 For a built-in scheme the incremental counter keeps each message's count with the flags it was
 rendered under; a step re-renders only new messages and those whose flags changed (in Qwen3,
-assistant turns that a new user query moves before the last query lose their reasoning). For a
+assistant turns that a new user query moves before the last query lose their reasoning), and
+where the scheme cuts such a message into ``Parts`` its body keeps its count. For a
 Jinja template (``hf:PATH``) a step renders what changed and tokenises only the pieces of text it
 has not seen (``template_count.PieceCache``).
 """
@@ -10,7 +11,6 @@ has not seen (``template_count.PieceCache``).
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
 
 from ctxbudget.counting.result import RequestCount
 from ctxbudget.counting.scheme import NO_PIVOT, Parts, Scheme, SplitScheme

@@ -41,6 +41,7 @@ NATIVE_TEMPLATES = {
 # tool results) at ">\n" | "<", a boundary of Qwen's pre-tokenizer pattern.
 NATIVE_CUT_TOKENS = ("<|im_start|>", "<|im_end|>")
 TOOL_OPEN, TOOL_CLOSE = "<tool_response>", "</tool_response>"
+_CUT_ROLES = frozenset({"assistant", "tool"})
 _NL_CUT = (QWEN_PATTERN, QWEN36_PATTERN)
 """Pre-tokenizer patterns for which a cut after a newline, before a non-space, is exact."""
 
@@ -264,12 +265,16 @@ class QwenScheme:
     def message(self, message: Message, flags: Hashable) -> tuple[int, bool]:
         tokens = self.tokens(self.message_text(message, flags))
         images = message.images
-        return tokens + sum(qwen_image_tokens(i) for i in images), bool(images)
+        if not images:
+            return tokens, False
+        return tokens + sum(qwen_image_tokens(i) for i in images), True
 
     def parts(self, message: Message, flags: Hashable) -> Parts | None:
         assert isinstance(flags, tuple)
         tokenizer = self.tokenizer
-        if message.images or tokenizer.name.startswith(HF_PREFIX):
+        if message.role not in _CUT_ROLES or message.images:
+            return None
+        if tokenizer.name.startswith(HF_PREFIX):
             return None  # a folder's tokenizer may normalise or match added tokens otherwise
         if message.role == "tool":  # cut at two added tokens, where Qwen3's vocabulary has them
             tags = tokenizer.is_cut_token(TOOL_OPEN) and tokenizer.is_cut_token(TOOL_CLOSE)
@@ -278,14 +283,11 @@ class QwenScheme:
         # own tokenizers: no added token holds a "\n", so added tokens split out alike; NFC
         # composes nothing with "\n"; in QWEN_PATTERN / QWEN36_PATTERN only whitespace follows a
         # "\n" inside a pre-token, so none spans the cut, and no alternative looks behind, so the
-        # body pre-tokenises as if alone; before the cut the last pre-token is the "\s*[\r\n]+"
-        # (or punctuation + "[\r\n]*") run ending at the "\n" either way; BPE never merges
-        # across pre-tokens. tests/counting/test_newline_cut.py checks it.
-        if (
-            message.role != "assistant"
-            or self.template != "qwen3"
-            or tokenizer.pattern not in _NL_CUT
-        ):
+        # body pre-tokenises as if alone; the framing does too: the one alternative that could
+        # end otherwise at its end, "\s+(?!\S)", comes after "\s*[\r\n]+", which takes the
+        # trailing whitespace up to the "\n" either way. BPE never merges across pre-tokens.
+        # tests/counting/test_newline_cut.py checks it.
+        if self.template != "qwen3" or tokenizer.pattern not in _NL_CUT:
             return None
         return qwen3_assistant_parts(message, *flags)
 
