@@ -14,6 +14,7 @@ SNIPPETS = (
     "<think>", "</think>", "\n", "\n\n", "<tool_response>", "</tool_response>", " ", "<|im_end|>",
     "héllo", "数据", "e\u0301", "🙂", "{\"a\": 1}", "  ", "\t",
 )  # fmt: skip
+REPLY_LEADS = st.sampled_from(["", "", "\n", "\n\n", " ", "\t", "Ok", "数", "1", "<think>"])
 texts = st.lists(st.sampled_from(SNIPPETS) | st.text(max_size=12), max_size=5).map("".join)
 
 json_leaf = st.none() | st.booleans() | st.integers(-1000, 1000) | st.text(max_size=6)
@@ -43,7 +44,8 @@ def _content(text: str, split: bool) -> str | tuple[TextPart, ...]:
 @st.composite
 def messages(draw: st.DrawFn) -> Message:
     role = draw(st.sampled_from(["user", "user", "assistant", "assistant", "tool", "tool"]))
-    content = _content(draw(texts), draw(st.booleans()))
+    lead = draw(REPLY_LEADS) if role == "assistant" else ""  # decides if a reply is cut
+    content = _content(lead + draw(texts), draw(st.booleans()))
     if role == "assistant":
         reasoning = draw(st.none() | texts)
         return Message(

@@ -2,7 +2,8 @@
 
 For a built-in scheme the incremental counter keeps each message's count with the flags it was
 rendered under; a step re-renders only new messages and those whose flags changed (in Qwen3,
-assistant turns that a new user query moves before the last query lose their reasoning). For a
+assistant turns that a new user query moves before the last query lose their reasoning), and
+where the scheme cuts such a message into ``Parts`` its body keeps its count. For a
 Jinja template (``hf:PATH``) a step renders what changed and tokenises only the pieces of text it
 has not seen (``template_count.PieceCache``).
 """
@@ -10,10 +11,9 @@ has not seen (``template_count.PieceCache``).
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
 
 from ctxbudget.counting.result import RequestCount
-from ctxbudget.counting.scheme import NO_PIVOT, Scheme
+from ctxbudget.counting.scheme import NO_PIVOT, Parts, Scheme, SplitScheme
 from ctxbudget.counting.select import choose_scheme, counter_name_for_model
 from ctxbudget.counting.template_count import PieceCache, TemplateScheme
 from ctxbudget.messages.model import Message, Request, ToolSpec
@@ -123,6 +123,11 @@ class RequestCounter:
         self._estimated = 0
         self._generation: int | None = None
         self._cache: dict[tuple[int, Hashable], tuple[Message, int, bool]] = {}
+        self._split = self._scheme if isinstance(self._scheme, SplitScheme) else None
+        self._bodies: dict[int, tuple[Message, int]] = {}
+        """Token counts of ``Parts.body`` by message, whatever flags it was rendered under."""
+        self._fixed: dict[str, int] = {}
+        """Token counts of ``Parts.framing`` / ``closing`` texts (a few constants)."""
         self._high = 0
         """The most messages a counted request has held: the cache keeps at least that many."""
         self._last: tuple[Request, RequestCount] | None = None
@@ -187,9 +192,28 @@ class RequestCounter:
         hit = self._cache.get(key)
         if hit is not None and hit[0] is message:
             return hit[1], hit[2]
-        tokens, estimated = scheme.message(message, flags)
+        parts = self._split.parts(message, flags) if self._split is not None else None
+        if parts is None:
+            tokens, estimated = scheme.message(message, flags)
+        else:
+            tokens, estimated = self._parts_tokens(message, parts), False
         self._cache[key] = (message, tokens, estimated)
         return tokens, estimated
+
+    def _parts_tokens(self, message: Message, parts: Parts) -> int:
+        split = self._split
+        assert split is not None
+        body = self._bodies.get(id(message))
+        if body is None or body[0] is not message:
+            body = (message, split.tokens(parts.body))
+            self._bodies[id(message)] = body
+        tokens = body[1]
+        for text in (parts.framing, parts.closing):
+            fixed = self._fixed.get(text)
+            if fixed is None:
+                fixed = self._fixed[text] = split.tokens(text)
+            tokens += fixed
+        return tokens
 
     def _prune(self) -> None:
         # Entries hold their message, so ids stay unique; drop those of messages long gone.
@@ -199,6 +223,7 @@ class RequestCounter:
         if len(self._cache) > 2 * self._high + 64:
             live = {id(m) for m in self._messages}
             self._cache = {k: v for k, v in self._cache.items() if k[0] in live}
+            self._bodies = {k: v for k, v in self._bodies.items() if k in live}
 
 
 def _same_request(a: Request, b: Request) -> bool:
@@ -210,13 +235,24 @@ def _same_request(a: Request, b: Request) -> bool:
     )
 
 
-def _common_prefix(old: tuple[Any, ...], new: tuple[Any, ...]) -> int:
+def _common_prefix(old: tuple[Message, ...], new: tuple[Message, ...]) -> int:
     """How many leading messages ``old`` and ``new`` share (by identity or value)."""
     n = len(old)
-    if n <= len(new) and new[:n] == old:
+    if _starts_with(new, old):
         return n
     i = 0
     limit = min(n, len(new))
     while i < limit and (old[i] is new[i] or old[i] == new[i]):
         i += 1
     return i
+
+
+def _starts_with(new: tuple[Message, ...], old: tuple[Message, ...]) -> bool:
+    """``new[:len(old)] == old`` without building the slice, whose refcount updates touch every
+    message (the cost of a step at thousands of messages). Tuples compare item by item (by
+    identity, then value) and, past the shorter one, by length; at a differing pair ``<=`` asks
+    two messages to order themselves, which they refuse."""
+    try:
+        return len(old) <= len(new) and old <= new
+    except TypeError:
+        return False

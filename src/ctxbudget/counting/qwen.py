@@ -10,11 +10,11 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from ctxbudget.counting.images import qwen_image_tokens
-from ctxbudget.counting.scheme import NO_PIVOT
+from ctxbudget.counting.scheme import NO_PIVOT, Parts
 from ctxbudget.counting.template_input import call_arguments, message_text, tojson, tool_dict
 from ctxbudget.messages.model import Message, Request, ToolCall
 from ctxbudget.tokens.base import CounterKind
-from ctxbudget.tokens.registry import ExactTokenizer
+from ctxbudget.tokens.registry import HF_PREFIX, QWEN36_PATTERN, QWEN_PATTERN, ExactTokenizer
 
 QWEN25_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 TOOLS_INTRO = (
@@ -27,6 +27,8 @@ TOOLS_OUTRO = (
     '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
 )
 NO_THINKING = "<think>\n\n</think>\n\n"
+REPLY_OPEN = "<|im_start|>assistant\n"
+TURN_CLOSE = "<|im_end|>\n"
 
 # SHA-256 of the template texts these renderers equal (tests/data/chat_templates, the real
 # Qwen/Qwen2.5-7B-Instruct and Qwen/Qwen3-0.6B tokenizer_config.json): a model folder that
@@ -38,6 +40,10 @@ NATIVE_TEMPLATES = {
 # Where the native renderers cut a prompt: every cut is next to one of these, or (Qwen2.5
 # tool results) at ">\n" | "<", a boundary of Qwen's pre-tokenizer pattern.
 NATIVE_CUT_TOKENS = ("<|im_start|>", "<|im_end|>")
+TOOL_OPEN, TOOL_CLOSE = "<tool_response>", "</tool_response>"
+_CUT_ROLES = frozenset({"assistant", "tool"})
+_NL_CUT = (QWEN_PATTERN, QWEN36_PATTERN)
+"""Pre-tokenizer patterns for which a cut after a newline, before a non-space, is exact."""
 
 
 def _turn(role: str, text: str) -> str:
@@ -51,9 +57,18 @@ def _tools_block(request: Request) -> str:
 def _tool_message(message: Message, opens: bool, closes: bool) -> str:
     # The newline between two results ends the first: Qwen2.5 has no <tool_response> token,
     # and ">\n" | "<" is a pre-token boundary where "</tool_response>" | "\n<" is not.
+    parts = _tool_parts(message, opens, closes)
+    return parts.framing + parts.body + parts.closing
+
+
+def _tool_parts(message: Message, opens: bool, closes: bool) -> Parts:
+    """A tool result's turn cut at its ``<tool_response>`` tags, an exact cut where the
+    tokenizer has them as added tokens (Qwen3)."""
     head = "<|im_start|>user\n" if opens else ""
-    tail = "<|im_end|>\n" if closes else "\n"
-    return f"{head}<tool_response>\n{message_text(message)}\n</tool_response>{tail}"
+    tail = TURN_CLOSE if closes else "\n"
+    return Parts(
+        f"{head}<tool_response>", f"\n{message_text(message)}\n", f"</tool_response>{tail}"
+    )
 
 
 def _tool_neighbours(messages: Sequence[Message], index: int) -> tuple[bool, bool]:
@@ -107,6 +122,13 @@ def split_reasoning(message: Message) -> tuple[str, str]:
     return content, ""
 
 
+def _qwen3_calls(message: Message, content: str) -> str:
+    return "".join(
+        ("\n" if i > 0 or content else "") + _call_text(call, raw_strings=True)
+        for i, call in enumerate(message.tool_calls)
+    )
+
+
 def qwen3_assistant(message: Message, after_query: bool, last: bool) -> str:
     """One assistant turn; reasoning shows as ``<think>`` only after the last user query."""
     content, reasoning = split_reasoning(message)
@@ -115,19 +137,28 @@ def qwen3_assistant(message: Message, after_query: bool, last: bool) -> str:
         text += content.lstrip("\n")
     else:
         text = "<|im_start|>assistant\n" + content
-    for i, call in enumerate(message.tool_calls):
-        if i > 0 or content:
-            text += "\n"
-        text += _call_text(call, raw_strings=True)
-    return text + "<|im_end|>\n"
+    return text + _qwen3_calls(message, content) + "<|im_end|>\n"
+
+
+def qwen3_assistant_parts(message: Message, after_query: bool, last: bool) -> Parts | None:
+    """``qwen3_assistant`` cut before its content, which both renderings of a reply without
+    reasoning share when it starts with a non-space; None otherwise (then the empty
+    ``<think>`` block's ``lstrip`` may change the content, or no cut is proven)."""
+    content, reasoning = split_reasoning(message)
+    if reasoning or not content or content[0].isspace():
+        return None
+    framing = REPLY_OPEN + (NO_THINKING if after_query and last else "")
+    return Parts(framing, content + _qwen3_calls(message, content), TURN_CLOSE)
 
 
 def qwen3_flags(messages: Sequence[Message], index: int, pivot: int) -> Hashable:
     """The neighbour facts a Qwen3 message's rendering depends on."""
-    role = messages[index].role
-    if role == "assistant":
-        return (index > pivot, index == len(messages) - 1)
-    if role == "tool":
+    message = messages[index]
+    if message.role == "assistant":
+        # Reasoning shows after the last query, last or not: one flag value, one cache entry.
+        last = index == len(messages) - 1 or bool(split_reasoning(message)[1])
+        return (index > pivot, last)
+    if message.role == "tool":
         return _tool_neighbours(messages, index)
     return ()
 
@@ -208,7 +239,7 @@ class QwenScheme:
     def kind(self) -> CounterKind:
         return "exact"
 
-    def _tokens(self, text: str) -> int:
+    def tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, special=True)) if text else 0
 
     def head_text(self, request: Request) -> tuple[str, str]:
@@ -216,7 +247,7 @@ class QwenScheme:
 
     def head(self, request: Request) -> tuple[int, int]:
         system, tools = self.head_text(request)
-        return self._tokens(system), self._tokens(tools)
+        return self.tokens(system), self.tokens(tools)
 
     def pivot(self, messages: Sequence[Message]) -> int:
         return last_query_index(messages) if self.template == "qwen3" else NO_PIVOT
@@ -232,9 +263,33 @@ class QwenScheme:
         return qwen25_message(message, flags)
 
     def message(self, message: Message, flags: Hashable) -> tuple[int, bool]:
-        tokens = self._tokens(self.message_text(message, flags))
+        tokens = self.tokens(self.message_text(message, flags))
         images = message.images
-        return tokens + sum(qwen_image_tokens(i) for i in images), bool(images)
+        if not images:
+            return tokens, False
+        return tokens + sum(qwen_image_tokens(i) for i in images), True
+
+    def parts(self, message: Message, flags: Hashable) -> Parts | None:
+        assert isinstance(flags, tuple)
+        tokenizer = self.tokenizer
+        if message.role not in _CUT_ROLES or message.images:
+            return None
+        if tokenizer.name.startswith(HF_PREFIX):
+            return None  # a folder's tokenizer may normalise or match added tokens otherwise
+        if message.role == "tool":  # cut at two added tokens, where Qwen3's vocabulary has them
+            tags = tokenizer.is_cut_token(TOOL_OPEN) and tokenizer.is_cut_token(TOOL_CLOSE)
+            return _tool_parts(message, *flags) if tags else None
+        # A reply's cut "...\n" | body, the body starting with a non-space, is exact for Qwen's
+        # own tokenizers: no added token holds a "\n", so added tokens split out alike; NFC
+        # composes nothing with "\n"; in QWEN_PATTERN / QWEN36_PATTERN only whitespace follows a
+        # "\n" inside a pre-token, so none spans the cut, and no alternative looks behind, so the
+        # body pre-tokenises as if alone; the framing does too: the one alternative that could
+        # end otherwise at its end, "\s+(?!\S)", comes after "\s*[\r\n]+", which takes the
+        # trailing whitespace up to the "\n" either way. BPE never merges across pre-tokens.
+        # tests/counting/test_newline_cut.py checks it.
+        if self.template != "qwen3" or tokenizer.pattern not in _NL_CUT:
+            return None
+        return qwen3_assistant_parts(message, *flags)
 
     def generation_text(self) -> str:
         if self.template == "qwen3":
@@ -242,7 +297,7 @@ class QwenScheme:
         return "<|im_start|>assistant\n"
 
     def generation(self) -> int:
-        return self._tokens(self.generation_text())
+        return self.tokens(self.generation_text())
 
     def render(self, request: Request) -> str:
         """The whole prompt text, as the Jinja template renders it."""

@@ -8,7 +8,8 @@ generation prompt. Parts are cut where no token can cross, so their counts add u
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.tokens.base import CounterKind
@@ -52,4 +53,31 @@ class Scheme(Protocol):
 
     def generation(self) -> int:
         """Tokens of the generation prompt that primes the reply."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """One rendered message as ``framing + body + closing``, cut where no token crosses (their
+    counts add up to the message's). ``body`` depends on the message alone, never on its flags;
+    ``framing`` and ``closing`` are a few fixed texts. So a counter may keep the body's count
+    per message and the others' by text: a flag change costs no tokenising."""
+
+    framing: str
+    body: str
+    closing: str
+
+
+@runtime_checkable
+class SplitScheme(Scheme, Protocol):
+    """A scheme that can cut some messages into ``Parts`` (Qwen: a reply losing its empty
+    ``<think>`` block keeps its body)."""
+
+    def parts(self, message: Message, flags: Hashable) -> Parts | None:
+        """``message`` rendered under ``flags`` and cut into parts; None where no exact cut is
+        known (the counter then counts ``message(...)`` whole)."""
+        ...
+
+    def tokens(self, text: str) -> int:
+        """Tokens of ``text`` as the scheme's tokenizer counts it (special tokens parsed)."""
         ...

@@ -1,0 +1,149 @@
+"""A step of the built-in Qwen counter re-tokenises only the new message; counts stay exact.
+
+A reply that a new message follows re-renders (Qwen3 drops its empty ``<think>`` block), and a
+tool result that another follows loses its ``<|im_end|>``: their bodies keep their counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+import pytest
+from hypothesis import Phase, find, given, settings
+from hypothesis import strategies as st
+from tests.counting.strategies import messages
+
+from ctxbudget.counting import RequestCounter, count_request
+from ctxbudget.counting.counter import _common_prefix
+from ctxbudget.messages.model import Message, Request, ToolCall
+from ctxbudget.tokens.registry import ExactTokenizer, get_tokenizer
+
+QUERY = Message(role="user", content="Which tests fail?")
+CALL = ToolCall("c1", "run_tests", '{"path": "tests"}')
+
+
+@pytest.fixture
+def encoded(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The texts the qwen3 tokenizer encodes while the test runs."""
+    tokenizer: ExactTokenizer = get_tokenizer("qwen3")
+    texts: list[str] = []
+    real = tokenizer.encode
+
+    def recording(text: str, *, special: bool | None = None) -> list[int]:
+        texts.append(text)
+        return real(text, special=special)
+
+    monkeypatch.setattr(tokenizer, "encode", recording)
+    yield texts
+
+
+def _step(counter: RequestCounter, request: Request, new: Message, texts: list[str]) -> Request:
+    """Count ``request`` + ``new`` after ``request``; check it equals a full count and leave in
+    ``texts`` only what the step encoded."""
+    counter.count(request)
+    texts.clear()
+    grown = request.with_messages((*request.messages, new))
+    got = counter.count(grown)
+    step = list(texts)
+    assert got == count_request(grown, "qwen3")
+    texts[:] = step
+    return grown
+
+
+USER = Message(role="user", content="Fix test_parser.")
+TOOL = Message(role="tool", content="1 failed, 11 passed", tool_call_id="c1")
+PLAIN = Message(role="assistant", content="All 12 pass except test_parser.")
+CALLING = Message(role="assistant", content="Running them.", tool_calls=(CALL,))
+THINKING = Message(role="assistant", content="", reasoning="Check first.", tool_calls=(CALL,))
+
+
+@pytest.mark.parametrize(
+    ("reply", "new"),
+    [(PLAIN, USER), (PLAIN, TOOL), (CALLING, USER), (CALLING, TOOL), (THINKING, TOOL)],
+)
+def test_step_after_a_reply_encodes_only_the_new_message(
+    reply: Message, new: Message, encoded: list[str]
+) -> None:
+    counter = RequestCounter("qwen3")
+    # Equal copies, other objects: the fixed framings get counted here, nothing of ``reply``.
+    counter.count(Request(messages=(QUERY, replace(reply), replace(new))))
+    _step(counter, Request(messages=(QUERY, reply)), new, encoded)
+    assert len(encoded) == 1 and new.text in encoded[0]  # the new turn (its body), only
+    assert not any((reply.text or CALL.name) in text for text in encoded)
+    assert not any(reply.reasoning and reply.reasoning in text for text in encoded)
+
+
+def test_step_after_a_tool_result_encodes_only_the_new_result(encoded: list[str]) -> None:
+    first = Message(role="tool", content="first result", tool_call_id="c1")
+    second = Message(role="tool", content="second result", tool_call_id="c2")
+    reply = Message(role="assistant", content="", tool_calls=(CALL, CALL))
+    counter = RequestCounter("qwen3")
+    counter.count(Request(messages=(QUERY, reply, replace(first), replace(second))))
+    _step(counter, Request(messages=(QUERY, reply, first)), second, encoded)
+    assert encoded == ["\nsecond result\n"]
+
+
+def test_reply_starting_with_a_newline_is_counted_whole(encoded: list[str]) -> None:
+    """The empty ``<think>`` block's ``lstrip`` changes such a reply: no cut, a real recount."""
+    reply = Message(role="assistant", content="\n\nDone.")
+    counter = RequestCounter("qwen3")
+    _step(counter, Request(messages=(QUERY, reply)), QUERY, encoded)
+    assert "<|im_start|>assistant\n\n\nDone.<|im_end|>\n" in encoded
+
+
+replies = st.builds(
+    lambda text, calls: Message(role="assistant", content=text, tool_calls=calls),
+    st.sampled_from(["", "\n", " ", "\t", "\n\n", "Done", "数据", "<think>", "1"]).flatmap(
+        lambda first: st.text(max_size=6).map(lambda rest: first + rest)
+    ),
+    st.sampled_from([(), (CALL,), (CALL, CALL)]),
+)
+
+
+@settings(max_examples=150)
+@given(conversation=st.lists(replies | messages(), min_size=1, max_size=10))
+def test_qwen3_append_one_by_one_equals_full_recount(conversation: list[Message]) -> None:
+    """The reply and tool cuts, under every flag change an append brings, equal a full count."""
+    counter = RequestCounter("qwen3")
+    request = Request()
+    for message in conversation:
+        request = request.with_messages((*request.messages, message))
+        assert counter.count(request) == count_request(request, "qwen3")
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        lambda m: m.role == "assistant" and m.text == "",
+        lambda m: m.role == "assistant" and m.text[:1] == "\n",
+        lambda m: m.role == "assistant" and m.text[:1] in (" ", "\t"),
+        lambda m: m.role == "assistant" and m.text[:1].isalnum() and not m.reasoning,
+        lambda m: m.role == "assistant" and bool(m.tool_calls) and m.text[:1].isalnum(),
+        lambda m: m.role == "assistant" and bool(m.reasoning),
+        lambda m: m.role == "tool",
+    ],
+)
+def test_generated_messages_reach_both_the_cut_and_the_fallback(
+    shape: Callable[[Message], bool],
+) -> None:
+    """The shared ``messages()`` strategy (used by the incremental property of test_counter.py)
+    draws replies that take the cut and replies that fall back to a whole count."""
+    assert shape(
+        find(
+            messages(),
+            shape,
+            settings=settings(max_examples=2000, database=None, phases=[Phase.generate]),
+        )
+    )
+
+
+def test_common_prefix_by_identity_or_value() -> None:
+    a, b, c = (Message(role="user", content=t) for t in "abc")
+    assert _common_prefix((a, b), (a, b, c)) == 2
+    assert _common_prefix((a, b, c), (a, b)) == 2
+    assert _common_prefix((a, b), (a, c, b)) == 1
+    assert _common_prefix((a, b), (Message(role="user", content="a"), b)) == 2
+    assert _common_prefix((), (a,)) == 0
+    with pytest.raises(TypeError):  # what _starts_with relies on: messages have no order
+        assert a <= b  # type: ignore[operator]
