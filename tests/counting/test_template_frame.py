@@ -169,7 +169,22 @@ def test_observed_records_reads_by_path() -> None:
 
 @pytest.mark.parametrize(
     "read",
-    [list, sorted, lambda s: s == [], lambda s: {"role": "user"} in s, str, lambda s: s + [0]],  # noqa: RUF005
+    [
+        list,
+        sorted,
+        reversed,
+        str,
+        repr,
+        lambda s: s == [],
+        lambda s: s < [],
+        lambda s: {"role": "user"} in s,
+        lambda s: s + [0],  # noqa: RUF005
+        lambda s: [0] + s,  # noqa: RUF005
+        lambda s: s * 2,
+        lambda s: s.count(0),
+        lambda s: s.copy(),
+        lambda s: s.index({"role": "user"}),
+    ],
 )
 def test_observed_reads_of_the_whole_list(read: Callable[[Observed], object]) -> None:
     reads = Reads()

@@ -11,7 +11,7 @@ that iterates ``messages`` (or reads it any other way) reads all of it and is no
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, SupportsIndex
 
@@ -84,73 +84,9 @@ class Observed(list[Any]):
     def _whole(self) -> None:
         self._reads.whole = True
 
-    def __iter__(self) -> Iterator[Any]:
-        self._whole()
-        return list.__iter__(self)
-
-    def __reversed__(self) -> Iterator[Any]:
-        self._whole()
-        return list.__reversed__(self)
-
-    def __contains__(self, item: object) -> bool:
-        self._whole()
-        return list.__contains__(self, item)
-
-    def __eq__(self, other: object) -> bool:
-        self._whole()
-        return list.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        self._whole()
-        return list.__ne__(self, other)
-
-    def __lt__(self, other: list[Any]) -> bool:
-        self._whole()
-        return list.__lt__(self, other)
-
-    def __le__(self, other: list[Any]) -> bool:
-        self._whole()
-        return list.__le__(self, other)
-
-    def __gt__(self, other: list[Any]) -> bool:
-        self._whole()
-        return list.__gt__(self, other)
-
-    def __ge__(self, other: list[Any]) -> bool:
-        self._whole()
-        return list.__ge__(self, other)
-
-    def __add__(self, other: Any) -> Any:
-        self._whole()
-        return list.__add__(self, other)
-
     def __radd__(self, other: Any) -> Any:
         self._whole()
         return other + list.copy(self)
-
-    def __mul__(self, count: SupportsIndex) -> Any:
-        self._whole()
-        return list.__mul__(self, count)
-
-    def __rmul__(self, count: SupportsIndex) -> Any:
-        self._whole()
-        return list.__rmul__(self, count)
-
-    def index(self, *args: Any) -> int:
-        self._whole()
-        return list.index(self, *args)
-
-    def count(self, item: Any) -> int:
-        self._whole()
-        return list.count(self, item)
-
-    def copy(self) -> list[Any]:
-        self._whole()
-        return list.copy(self)
-
-    def __repr__(self) -> str:
-        self._whole()
-        return list.__repr__(self)
 
     def __str__(self) -> str:
         self._whole()
@@ -164,6 +100,39 @@ class Observed(list[Any]):
         raise TypeError("an observed message list is not copied")
 
     __hash__ = None
+
+
+def _reading_all(name: str) -> Callable[..., Any]:
+    method = getattr(list, name)
+
+    def whole(self: Observed, *args: Any) -> Any:
+        self._whole()
+        return method(self, *args)
+
+    whole.__name__ = name
+    return whole
+
+
+# Each of these reads every item (or may): the render depends on the whole list.
+for _name in (
+    "__iter__",
+    "__reversed__",
+    "__contains__",
+    "__eq__",
+    "__ne__",
+    "__lt__",
+    "__le__",
+    "__gt__",
+    "__ge__",
+    "__add__",
+    "__mul__",
+    "__rmul__",
+    "__repr__",
+    "index",
+    "count",
+    "copy",
+):
+    setattr(Observed, _name, _reading_all(_name))
 
 
 def unobserved(seq: Any) -> tuple[list[Any], tuple[slice, ...] | None]:
