@@ -8,6 +8,7 @@ import subprocess
 import sys
 import sysconfig
 import unicodedata
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,33 @@ def test_qwen3_normalises_to_nfc() -> None:
     composed = unicodedata.normalize("NFC", decomposed)
     assert decomposed != composed
     assert tok.encode(decomposed) == tok.encode(composed)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<|im_end|>\u0338x",  # U+0338 composes with ">" (to U+226F) in a whole-text NFC
+        "<|im_start|>\u0338\u0301user\n",
+        "a\u0301<|im_end|>\u0338",
+        "<|endoftext|>\u20d2<|im_start|>e\u0301",
+        "cafe\u0301 <|im_end|>\n\u0338=",
+    ],
+)
+def test_qwen_nfc_leaves_special_tokens_out_as_hugging_face_does(
+    text: str, hf_folder: Callable[[str], Path]
+) -> None:
+    # The oracle: the tokenizers package on the real Qwen2.5 tokenizer.json, which splits added
+    # tokens out of the raw text and normalises only what lies between them.
+    from tokenizers import Tokenizer
+
+    oracle = Tokenizer.from_file(str(hf_folder("qwen2.5") / "tokenizer.json"))
+    expected = oracle.encode(text, add_special_tokens=False).ids
+    assert get_tokenizer("qwen2.5").encode(text) == expected
+    assert get_tokenizer(f"hf:{hf_folder('qwen2.5')}").encode(text) == expected
+    ordinary = get_tokenizer("qwen2.5").encode(text, special=False)
+    assert ordinary == get_tokenizer("qwen2.5").encode(
+        unicodedata.normalize("NFC", text), special=False
+    )
 
 
 @pytest.mark.parametrize(

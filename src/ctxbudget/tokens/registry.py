@@ -143,10 +143,19 @@ class ExactTokenizer:
 
     def encode(self, text: str, *, special: bool | None = None) -> list[int]:
         """Token ids of ``text``; ``special`` overrides whether special tokens are parsed."""
-        if self._nfc and not unicodedata.is_normalized("NFC", text):
-            text = unicodedata.normalize("NFC", text)
         parse_special = self.special_in_text if special is None else special
+        if self._nfc and not unicodedata.is_normalized("NFC", text):
+            text = self._normalized(text, parse_special)
         return self._special(text) if parse_special else self._ordinary(text)
+
+    def _normalized(self, text: str, parse_special: bool) -> str:
+        """``text`` in NFC as Hugging Face tokenizers normalise it: with special tokens parsed,
+        each stretch between them alone (``AddedVocabulary`` splits them out first), so a
+        combining mark after ``<|im_end|>`` does not compose with its ``>``."""
+        if not parse_special:
+            return unicodedata.normalize("NFC", text)
+        cut = self.is_cut_token
+        return "".join(p if cut(p) else unicodedata.normalize("NFC", p) for p in self.pieces(text))
 
     def count(self, text: str) -> int:
         """The exact number of tokens in ``text``."""
