@@ -43,9 +43,14 @@ def _jinja_scheme(name: str, memoise_loop: bool) -> TemplateScheme:
 
 
 def _prefixes(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The body and each earlier point where a request would be sent (after a user turn)."""
+    """The body and each earlier point where a request would be sent: after a user turn, and
+    after the last tool result of a batch (an agent's step)."""
     messages = body["messages"]
-    cuts = [i + 1 for i, m in enumerate(messages[:-1]) if m["role"] == "user"]
+    cuts = [
+        i + 1
+        for i, m in enumerate(messages[:-1])
+        if m["role"] == "user" or (m["role"] == "tool" and messages[i + 1]["role"] != "tool")
+    ]
     return [{**body, "messages": messages[:cut]} for cut in cuts] + [body]
 
 

@@ -44,6 +44,21 @@ TEMPLATES = {
     ),
     # the length itself is printed: it changes every step
     "length": ("<|im_start|>{{ messages | length }}<|im_end|>" + LOOP + GENERATION, False),
+    # the loop looks at its neighbours through the loop object (Hermes-2-Pro's tool_use)
+    "neighbours": (
+        "{% for m in messages %}{% if loop.previtem and loop.previtem.role == m.role %}"
+        "<|im_start|>again<|im_end|>{% endif %}<|im_start|>{{ m.content }}"
+        "{% if loop.nextitem %}<|im_end|>{% endif %}{% endfor %}",
+        True,
+    ),
+    # the system prompt is the head's; its loop text is empty (SmolLM3): the head, which ends
+    # without an added token, meets the first turn's <|im_start|>
+    "empty": (
+        "{% if messages[0].role == 'system' %}S {{ messages[0].content }}\n{% endif %}"
+        "{% for m in messages %}{% if m.role != 'system' %}<|im_start|>{{ m.content }}"
+        "<|im_end|>{% endif %}{% endfor %}",
+        True,
+    ),
     # ... also under another name
     "alias": (
         "{% set rest = messages[1:] %}<|im_start|>{{ rest | length }}<|im_end|>" + LOOP,
@@ -65,7 +80,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _steps(system: str) -> Iterator[Request]:
     messages: tuple[Message, ...] = ()
     for i in range(6):
-        role = "user" if i % 2 == 0 else "assistant"
+        role = "user" if i % 4 in (0, 1) else "assistant"  # two turns of each in a row
         messages = (*messages, Message(role=role, content=f"turn {i} The quick brown fox"))
         yield Request(system=system, messages=messages)
 

@@ -297,11 +297,13 @@ class TemplateScheme:
 
     @staticmethod
     def _apart(frame: Frame, memo: LoopMemo) -> bool:
-        """True when every seam between head, loop parts and tail is an added token."""
-        if not memo.texts:
-            return True
-        head_ok = not frame.before or frame.before_cut or memo.edges[0][0]
-        tail_ok = not frame.after or memo.edges[-1][1] or frame.after_cut
+        """True when every seam between head, loop texts and tail is an added token."""
+        ends = memo.ends()
+        if ends is None:  # no loop text: the head meets the tail
+            return not (frame.before and frame.after) or frame.before_cut or frame.after_cut
+        first, last = ends
+        head_ok = not frame.before or frame.before_cut or memo.edges[first][0]
+        tail_ok = not frame.after or memo.edges[last][1] or frame.after_cut
         return memo.seams_apart() and head_ok and tail_ok
 
     def _try_render(self, source: str, messages: list[dict[str, Any]], tools: Any) -> str | None:

@@ -17,8 +17,8 @@ from typing import Any
 
 LOOP_MARKER = "\ue000ctxbudget-loop\ue001"  # private-use characters: never in a template
 _BODY, _LOOP = "ctxbudget_loop_body", "ctxbudget_loop"
-_POSITION = frozenset({"index0", "index", "first"})
-_END = frozenset({"last", "length", "revindex", "revindex0"})
+_POSITION = frozenset({"index0", "index", "first", "previtem"})
+_END = frozenset({"last", "length", "revindex", "revindex0", "nextitem"})
 _RESERVED = frozenset({"caller", "varargs", "kwargs", _BODY, _LOOP})
 _ORDER = frozenset({"eq", "ne", "lt", "lteq", "gt", "gteq"})
 _CHANGING = frozenset({"strftime_now", "lipsum", "cycler", "joiner"})  # clock, random, state
@@ -47,10 +47,28 @@ class LoopPlan:
 
 @dataclass(frozen=True, slots=True)
 class FakeLoop:
-    """What the body sees as ``loop``: Jinja's ``LoopContext`` position attributes."""
+    """What the body sees as ``loop``: Jinja's ``LoopContext`` position attributes and its
+    neighbours (``previtem``, ``nextitem``: undefined past either end, as Jinja's are)."""
 
     index0: int
     length: int
+    items: Any = field(default=None, repr=False)
+
+    @property
+    def previtem(self) -> Any:
+        from jinja2.runtime import Undefined
+
+        if self.index0 == 0:
+            return Undefined(hint="there is no previous item")
+        return self.items[self.index0 - 1]
+
+    @property
+    def nextitem(self) -> Any:
+        from jinja2.runtime import Undefined
+
+        if self.index0 + 1 >= self.length:
+            return Undefined(hint="there is no next item")
+        return self.items[self.index0 + 1]
 
     @property
     def index(self) -> int:
@@ -120,11 +138,12 @@ def _analyse(body: list[Any], target: str) -> tuple[tuple[str, ...], frozenset[s
     if _CHANGING & {*names}:
         raise ValueError("the body's text may change between renders of the same input")
     steps = [o for o in offsets if o is not None]
+    ahead = [1] if "nextitem" in loop_attrs else []  # previtem needs nothing: it never wraps
     return (
         tuple(names),
         frozenset(loop_attrs),
         max([-o for o in steps if o < 0], default=0),
-        max([o for o in steps if o > 0], default=0),
+        max([o for o in steps if o > 0] + ahead, default=0),
     )
 
 
@@ -246,7 +265,7 @@ class LoopMemo:
             early = range(min(plan.before, start))  # messages[-1] of the first ones wraps
             changed = [*early, *range(start, n)]
             for i in changed:
-                text = str(body(messages[i], FakeLoop(i, n), messages, *outer))
+                text = str(body(messages[i], FakeLoop(i, n, messages), messages, *outer))
                 entry = (text, *measure(text))
                 if i < len(self.texts):
                     self.total += entry[1] - self.counts[i]
@@ -263,12 +282,35 @@ class LoopMemo:
         return run
 
     def _reseam(self, changed: list[int], n: int) -> None:
+        """Mark the texts that meet the text before them without an added token between. An
+        empty text (a system prompt the head renders) is no text: the seam is between the
+        non-empty texts around it."""
+        texts, edges = self.texts, self.edges
         self.bad = {i for i in self.bad if i < n}
-        for i in {j for c in changed for j in (c, c + 1) if 0 < j < n}:
-            if self.edges[i - 1][1] or self.edges[i][0]:
-                self.bad.discard(i)
-            else:
+        todo = set(changed)
+        for c in changed:
+            if c + 1 not in todo:  # the next non-empty text now meets another one
+                j = c + 1
+                while j < n and not texts[j]:
+                    j += 1
+                todo.add(j)
+        for i in todo:
+            if i >= n:
+                continue
+            self.bad.discard(i)
+            p = i - 1
+            while p >= 0 and not texts[p]:
+                p -= 1
+            if texts[i] and p >= 0 and not (edges[p][1] or edges[i][0]):
                 self.bad.add(i)
+
+    def ends(self) -> tuple[int, int] | None:
+        """The first and last non-empty texts; None when every text is empty."""
+        texts = self.texts
+        first = next((i for i, text in enumerate(texts) if text), None)
+        if first is None:
+            return None
+        return first, next(i for i in range(len(texts) - 1, first - 1, -1) if texts[i])
 
     def seams_apart(self) -> bool:
         """True when every text meets the next at an added token."""
