@@ -19,7 +19,7 @@ from pathlib import Path
 import counting as counting_bench  # bench/counting.py, beside this script
 from ctxbudget.counting import RequestCounter, count_request
 from ctxbudget.counting.template_input import message_text, template_messages
-from ctxbudget.messages.model import Message, Request
+from ctxbudget.messages.model import Message, Request, ToolSpec
 from ctxbudget.tokens.registry import get_tokenizer
 
 HERE = Path(__file__).parent
@@ -33,6 +33,11 @@ LONG = TEXT * 12  # about the size of each history message (~500 tokens)
 # A realistic agent step: a tool result carrying a real source file (~2,000 tokens).
 SOURCE = (HERE.parent / "tests" / "data" / "estimators" / "python.txt").read_text("utf-8")
 TOOL_RESULT = SOURCE[: SOURCE.index("\n", 8_000) + 1]  # its first ~8,000 characters
+READ_FILE = ToolSpec(
+    name="read_file",
+    description="Read a file of the repository.",
+    parameters={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+)
 
 
 def folder(name: str, into: Path) -> Path:
@@ -149,9 +154,15 @@ def main() -> None:
             "|---|---|---|---|---|---|---|",
         ]
         counters = {"qwen3": "qwen3", **{k: f"hf:{v}" for k, v in folders.items()}}
+        # Two more real templates, with a tool list (Hermes-2-Pro then uses its tool_use one).
+        more = (("SmolLM3", "smollm3-template"), ("Hermes-2-Pro", "hermes-2-pro-template"))
+        for label, name in more:
+            counters[f"hf:{label} folder + tools"] = f"hf:{folder(name, Path(tmp))}"
         for label, counter in counters.items():
             for size in (1_000, 10_000, 100_000, 1_000_000):
                 even = conversation(size)
+                if "tools" in label:
+                    even = replace(even, tools=(READ_FILE,))
                 odd = even.with_messages(even.messages[:-1])  # ends with a user turn
                 cases = [
                     ("user turn (~110 tokens)", even, NEW),
