@@ -39,8 +39,10 @@ def qwen_server(
 
 
 @pytest.fixture(scope="session")
-def llama3_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_llama3_folder(tmp_path_factory.mktemp("hf") / "llama3-cl100k")
+def llama3_folder(
+    hf_folder: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    return write_llama3_folder(hf_folder("llama3-cl100k"), tmp_path_factory.mktemp("hf") / "llama3")
 
 
 @pytest.fixture(scope="session")
