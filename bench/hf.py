@@ -1,5 +1,5 @@
 """hf: model folders: full count vs transformers, and the incremental step vs tokenising the
-new message alone (built-in qwen3, the Qwen2.5 and Llama-3 hf: folders). Writes bench/hf.md.
+new message alone (built-in qwen3 and four hf: folders). Writes bench/hf.md.
 
 Run: PYTHONPATH=src .venv/bin/python bench/hf.py   (needs the dev extra: transformers)
 """
@@ -7,12 +7,10 @@ Run: PYTHONPATH=src .venv/bin/python bench/hf.py   (needs the dev extra: transfo
 from __future__ import annotations
 
 import gc
-import gzip
-import shutil
 import statistics
+import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +21,9 @@ from ctxbudget.messages.model import Message, Request, ToolSpec
 from ctxbudget.tokens.registry import get_tokenizer
 
 HERE = Path(__file__).parent
-DATA = HERE.parent / "tests" / "data" / "hf"
+sys.path.insert(0, str(HERE.parent))  # tests/conftest.py: the stored folders, unpacked
+from tests.conftest import data_file, hf_folder_at  # noqa: E402
+
 TEXT = (
     "The agent read the file, found the failing assertion in the parser and proposed a fix. "
     "代理读取了文件，找到了解析器中失败的断言。 🙂 "
@@ -31,7 +31,7 @@ TEXT = (
 NEW = "Please also run the tests again and report which ones still fail. " * 8
 LONG = TEXT * 12  # about the size of each history message (~500 tokens)
 # A realistic agent step: a tool result carrying a real source file (~2,000 tokens).
-SOURCE = (HERE.parent / "tests" / "data" / "estimators" / "python.txt").read_text("utf-8")
+SOURCE = data_file("estimators", "python.txt").read_text("utf-8")
 TOOL_RESULT = SOURCE[: SOURCE.index("\n", 8_000) + 1]  # its first ~8,000 characters
 READ_FILE = ToolSpec(
     name="read_file",
@@ -40,29 +40,8 @@ READ_FILE = ToolSpec(
 )
 
 
-def folder(name: str, into: Path) -> Path:
-    target = into / name
-    target.mkdir(parents=True, exist_ok=True)
-    for item in (DATA / name).iterdir():
-        if item.name.endswith(".gz"):
-            with gzip.open(item, "rb") as packed:
-                (target / item.name[:-3]).write_bytes(packed.read())
-        else:
-            shutil.copyfile(item, target / item.name)
-    return target
-
-
 def conversation(tokens: int, per_message: int = 500) -> Request:
     return counting_bench.conversation(tokens, per_message, paragraph=TEXT, paragraph_tokens=40)
-
-
-def median(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def step(counter: str, base: Request, repeat: int, added_text: str) -> tuple[float, float]:
@@ -122,8 +101,8 @@ def full_counts(name: str, path: Path, label: str) -> list[str]:
         total = count_request(request, name).total
         assert total == theirs_once(), (total, theirs_once())
         repeat = 3 if size >= 500_000 else 5
-        ours = median(lambda r=request: count_request(r, name), repeat)
-        theirs = median(theirs_once, repeat)
+        ours = counting_bench.median_time(lambda r=request: count_request(r, name), repeat)
+        theirs = counting_bench.median_time(theirs_once, repeat)
         out.append(
             f"| {label} | {total:,} | {ours * 1e3:.1f} ms | {theirs * 1e3:.1f} ms"
             f" | {ours / theirs:.2f}x |"
@@ -139,8 +118,8 @@ def main() -> None:
     ]
     with tempfile.TemporaryDirectory() as tmp:
         folders = {
-            "hf:qwen2.5 folder": folder("qwen2.5", Path(tmp)),
-            "hf:Llama-3 folder": folder("llama3-cl100k", Path(tmp)),
+            "hf:qwen2.5 folder": hf_folder_at("qwen2.5", Path(tmp)),
+            "hf:Llama-3 folder": hf_folder_at("llama3-cl100k", Path(tmp)),
         }
         lines += ["", "## Full count: ctxbudget vs transformers apply_chat_template(tokenize=True)"]
         lines += ["", "| folder | tokens | ctxbudget | transformers | ratio (goal <= 1.0) |"]
@@ -157,7 +136,7 @@ def main() -> None:
         # Two more real templates, with a tool list (Hermes-2-Pro then uses its tool_use one).
         more = (("SmolLM3", "smollm3-template"), ("Hermes-2-Pro", "hermes-2-pro-template"))
         for label, name in more:
-            counters[f"hf:{label} folder + tools"] = f"hf:{folder(name, Path(tmp))}"
+            counters[f"hf:{label} folder + tools"] = f"hf:{hf_folder_at(name, Path(tmp))}"
         for label, counter in counters.items():
             for size in (1_000, 10_000, 100_000, 1_000_000):
                 even = conversation(size)

@@ -168,20 +168,9 @@ class TemplateScheme:
         bounds = [firsts[0] if firsts else len(pieces), *firsts[1:], len(pieces)]
         head_tokens = sum(counts[: bounds[0]])
         parts = [sum(counts[a:b]) for a, b in itertools.pairwise(bounds)]
-        tools_tokens = self._tools_share(source, messages[: len(head)], tools, head_tokens, cache)
-        system = head_tokens - tools_tokens
         if not request.messages:
             parts = []
-        return RequestCount(
-            counter=self.name,
-            kind="exact",
-            total=sum(counts),
-            system=system,
-            tools=tools_tokens,
-            messages=sum(parts),
-            per_message=tuple(parts),
-            floor=system + tools_tokens,
-        )
+        return self._result(source, head, tools, cache, head_tokens, parts, sum(parts))
 
     def _count_by_loop(
         self,
@@ -227,7 +216,21 @@ class TemplateScheme:
             message_tokens += frame.after_tokens
         else:
             head_tokens += frame.after_tokens
-        tools_tokens = self._tools_share(source, messages[:h], tools, head_tokens, cache)
+        return self._result(source, messages[:h], tools, cache, head_tokens, parts, message_tokens)
+
+    def _result(
+        self,
+        source: str,
+        head: list[dict[str, Any]],
+        tools: Any,
+        cache: PieceCache,
+        head_tokens: int,
+        parts: list[int],
+        message_tokens: int,
+    ) -> RequestCount:
+        """The count from the head's tokens (system prompt, tools, their framing) and each
+        message's; ``message_tokens`` is ``sum(parts)``, kept by the caller."""
+        tools_tokens = self._tools_share(source, head, tools, head_tokens, cache)
         system = head_tokens - tools_tokens
         return RequestCount(
             counter=self.name,
