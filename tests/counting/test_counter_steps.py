@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 from tests.counting.strategies import messages
 
 from ctxbudget.counting import RequestCounter, count_request
-from ctxbudget.counting.counter import _common_prefix
-from ctxbudget.messages.model import Message, Request, ToolCall
+from ctxbudget.messages.model import Message, Request, ToolCall, common_prefix
 from ctxbudget.tokens.registry import ExactTokenizer, get_tokenizer
 
 QUERY = Message(role="user", content="Which tests fail?")
@@ -140,10 +139,10 @@ def test_generated_messages_reach_both_the_cut_and_the_fallback(
 
 def test_common_prefix_by_identity_or_value() -> None:
     a, b, c = (Message(role="user", content=t) for t in "abc")
-    assert _common_prefix((a, b), (a, b, c)) == 2
-    assert _common_prefix((a, b, c), (a, b)) == 2
-    assert _common_prefix((a, b), (a, c, b)) == 1
-    assert _common_prefix((a, b), (Message(role="user", content="a"), b)) == 2
-    assert _common_prefix((), (a,)) == 0
+    assert common_prefix((a, b), (a, b, c)) == 2
+    assert common_prefix((a, b, c), (a, b)) == 2
+    assert common_prefix((a, b), (a, c, b)) == 1
+    assert common_prefix((a, b), (Message(role="user", content="a"), b)) == 2
+    assert common_prefix((), (a,)) == 0
     with pytest.raises(TypeError):  # what _starts_with relies on: messages have no order
         assert a <= b  # type: ignore[operator]

@@ -16,7 +16,7 @@ from ctxbudget.counting.result import RequestCount
 from ctxbudget.counting.scheme import NO_PIVOT, Parts, Scheme, SplitScheme
 from ctxbudget.counting.select import choose_scheme, counter_name_for_model
 from ctxbudget.counting.template_count import PieceCache, TemplateScheme
-from ctxbudget.messages.model import Message, Request, ToolSpec
+from ctxbudget.messages.model import Message, Request, ToolSpec, common_prefix
 from ctxbudget.tokens.base import CounterKind, TokenCounter
 from ctxbudget.tokens.select import GENERIC_ESTIMATOR
 
@@ -167,7 +167,7 @@ class RequestCounter:
 
     def _update_messages(self, scheme: Scheme, messages: tuple[Message, ...]) -> None:
         old = self._messages
-        common = _common_prefix(old, messages)
+        common = common_prefix(old, messages)
         pivot = scheme.pivot(messages)
         start = max(common - 1, 0)  # the old last message's neighbours changed
         if pivot != self._pivot:
@@ -233,26 +233,3 @@ def _same_request(a: Request, b: Request) -> bool:
         and a.system == b.system
         and (a.tools is b.tools or a.tools == b.tools)
     )
-
-
-def _common_prefix(old: tuple[Message, ...], new: tuple[Message, ...]) -> int:
-    """How many leading messages ``old`` and ``new`` share (by identity or value)."""
-    n = len(old)
-    if _starts_with(new, old):
-        return n
-    i = 0
-    limit = min(n, len(new))
-    while i < limit and (old[i] is new[i] or old[i] == new[i]):
-        i += 1
-    return i
-
-
-def _starts_with(new: tuple[Message, ...], old: tuple[Message, ...]) -> bool:
-    """``new[:len(old)] == old`` without building the slice, whose refcount updates touch every
-    message (the cost of a step at thousands of messages). Tuples compare item by item (by
-    identity, then value) and, past the shorter one, by length; at a differing pair ``<=`` asks
-    two messages to order themselves, which they refuse."""
-    try:
-        return len(old) <= len(new) and old <= new
-    except TypeError:
-        return False

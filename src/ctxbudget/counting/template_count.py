@@ -28,7 +28,7 @@ from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allo
 from ctxbudget.counting.template_input import message_dict, message_text, template_tools
 from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
 from ctxbudget.errors import InputError
-from ctxbudget.messages.model import Message, Request
+from ctxbudget.messages.model import Message, Request, common_prefix
 from ctxbudget.tokens.registry import ExactTokenizer
 
 _PLACEHOLDER = "\ue000ctxbudget-cut\ue000"  # private-use characters: never in a template
@@ -58,11 +58,8 @@ class PieceCache:
 
     def template_messages(self, request: Request) -> list[dict[str, Any]]:
         """``template_input.template_messages``, reusing the dicts of unchanged messages."""
-        new, old = request.messages, self.messages
-        common = len(old) if new[: len(old)] == old else 0
-        if common == 0:
-            pairs = enumerate(zip(old, new, strict=False))
-            common = next((i for i, (a, b) in pairs if a is not b), min(len(old), len(new)))
+        new = request.messages
+        common = common_prefix(self.messages, new)
         del self.dicts[common:], self.chars[common:]
         total = self.chars[-1] if self.chars else 0
         for message in new[common:]:

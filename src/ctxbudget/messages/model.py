@@ -153,3 +153,27 @@ class Request:
             max_output_tokens=self.max_output_tokens,
             model=self.model,
         )
+
+
+def common_prefix(old: tuple[Message, ...], new: tuple[Message, ...]) -> int:
+    """How many leading messages ``old`` and ``new`` share (by identity or value): what a
+    request counted before and the next one have in common."""
+    n = len(old)
+    if _starts_with(new, old):
+        return n
+    i = 0
+    limit = min(n, len(new))
+    while i < limit and (old[i] is new[i] or old[i] == new[i]):
+        i += 1
+    return i
+
+
+def _starts_with(new: tuple[Message, ...], old: tuple[Message, ...]) -> bool:
+    """``new[:len(old)] == old`` without building the slice, whose refcount updates touch every
+    message (the cost of a step at thousands of messages). Tuples compare item by item (by
+    identity, then value) and, past the shorter one, by length; at a differing pair ``<=`` asks
+    two messages to order themselves, which they refuse."""
+    try:
+        return len(old) <= len(new) and old <= new
+    except TypeError:
+        return False
