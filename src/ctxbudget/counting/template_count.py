@@ -55,6 +55,8 @@ class PieceCache:
     system: dict[str, Any] | None = None
     tool_specs: tuple[Any, ...] | None = None
     tools: list[dict[str, Any]] | None = None
+    tools_key: str = "None"
+    """``repr(tools)``, kept as ``tools`` changes: the tools' share is cached by it."""
 
     def template_messages(self, request: Request) -> list[dict[str, Any]]:
         """``template_input.template_messages``, reusing the dicts of unchanged messages."""
@@ -76,6 +78,7 @@ class PieceCache:
     def template_tools(self, request: Request) -> list[dict[str, Any]] | None:
         if self.tool_specs is not request.tools and self.tool_specs != request.tools:
             self.tool_specs, self.tools = request.tools, template_tools(request)
+            self.tools_key = repr(self.tools)
         return self.tools
 
     def input_chars(self, request: Request) -> int:
@@ -341,7 +344,7 @@ class TemplateScheme:
             return 0
         if not head:
             return head_tokens  # no system prompt: the whole head frames the tools
-        key = (source, head[0]["content"], repr(tools))
+        key = (source, head[0]["content"], cache.tools_key)
         share = cache.shares.get(key)
         if share is None:
             with_tools = self._prefix(source, head, tools)

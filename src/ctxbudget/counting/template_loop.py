@@ -276,7 +276,7 @@ class LoopMemo:
                     self.counts.append(entry[1])
                     self.edges.append(entry[2])
             self._reseam(changed, n)
-            self.items, self.outer = list(messages), list(outer)
+            self.items, self.outer = messages, list(outer)  # a fresh list from each caller
             return LOOP_MARKER
 
         return run

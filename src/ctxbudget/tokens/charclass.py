@@ -11,7 +11,7 @@ import base64
 import codecs
 import operator
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -55,7 +55,6 @@ _RUN_CLASSES = (_LOWER, _UPPER, _DIGIT, _SPACE, _PUNCT, _LATIN_EXT)
 # Texts are counted in blocks of at most this many characters: the fused code's run masks are
 # this long, and a block's byte strings stay small whatever the text's size (a 300 MB line).
 BLOCK = 4096
-FUSED_TEXT = BLOCK  # kept for callers of the previous name
 
 
 def _class_of_byte(b: int) -> int:
@@ -137,12 +136,6 @@ def pack_classes(letters: bytes) -> str:
 def _letters(text: str, table: CodepointTable) -> bytes:
     """One class letter per character of a non-ASCII text."""
     return table.letters(text.encode("utf-16-le", "surrogatepass"), text)
-
-
-def blocks(text: str, size: int = BLOCK) -> Iterator[str]:
-    """``text`` in consecutive pieces of at most ``size`` characters."""
-    for start in range(0, len(text), size):
-        yield text[start : start + size]
 
 
 def features(text: str, table: CodepointTable) -> tuple[int, ...]:
@@ -421,9 +414,7 @@ def linear_estimator(
     ]
     namespace: dict[str, Any] = {
         **globals(),
-        "WEIGHTS": weights,
         "TABLE": table,
-        "_reference": reference_estimate,
         **{f"_M{i}": mask for i, mask in enumerate(_RUN_MASKS)},  # a global loads faster
         # Called straight, not by name: str.encode looks the codec up (~0.25 µs for UTF-16).
         "_utf8": codecs.utf_8_encode,

@@ -440,7 +440,7 @@ def _apply_folder_tokens(tok: Any, facts: FolderTokens) -> None:
             token.special = is_special
     if final:
         tok.add_tokens(final)
-    state = json.loads(tok.pre_tokenizer.__getstate__()) if tok.pre_tokenizer else {}
+    state = _pre_tokenizer_state(tok)
     if state.get("add_prefix_space", facts.add_prefix_space) != facts.add_prefix_space:
         state["add_prefix_space"] = facts.add_prefix_space
         tok.pre_tokenizer = getattr(pre_tokenizers, state.pop("type"))(**state)
@@ -458,9 +458,14 @@ def _boundary(tok: Any, facts: FolderTokens) -> Boundary | None:
     return token_boundary(cut, [t.content for t in tokens if t.content])
 
 
+def _pre_tokenizer_state(tok: Any) -> dict[str, Any]:
+    """A ``tokenizers.Tokenizer``'s pre-tokenizer as its JSON dict; empty when it has none."""
+    return json.loads(tok.pre_tokenizer.__getstate__()) if tok.pre_tokenizer else {}
+
+
 def _split_pattern(tok: Any) -> str | None:
     """The regex of a ``Sequence[Split(regex, isolated), ByteLevel(use_regex=false)]``."""
-    state = json.loads(tok.pre_tokenizer.__getstate__()) if tok.pre_tokenizer else {}
+    state = _pre_tokenizer_state(tok)
     steps = state.get("pretokenizers") if state.get("type") == "Sequence" else None
     if not steps or len(steps) != 2:
         return None
