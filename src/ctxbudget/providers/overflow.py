@@ -6,11 +6,11 @@ larger than a per-minute token limit is its own error, which no wait can cure.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from ctxbudget.errors import ContextOverflowError, RequestOverRateLimitError
+from ctxbudget.messages.jsondepth import load_json
 from ctxbudget.providers.overflow_table import (
     BILLING_MESSAGES,
     LOCALIZED_OVERFLOW,
@@ -262,8 +262,9 @@ def _positive(value: object) -> int | None:
 
 
 def _loads(text: str) -> Any:
+    # Depth-capped: a deeply nested body is not JSON to us, never a RecursionError.
     try:
-        return json.loads(text)
+        return load_json(text)
     except ValueError:
         return None
 
