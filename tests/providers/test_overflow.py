@@ -220,6 +220,16 @@ def test_cerebras_bodyless_400_is_an_overflow_only_for_cerebras() -> None:
     assert classify_error(400, "") is None
 
 
+_DEEP_BODIES = ["[" * 5000 + "]" * 5000, '{"error":' * 3000 + "1" + "}" * 3000]
+
+
+@pytest.mark.parametrize("body", _DEEP_BODIES, ids=["list", "object"])
+def test_deeply_nested_bodies_read_as_unparseable_text(body: str) -> None:
+    assert classify_error(400, "{not json") is None  # what an unparseable body classifies as
+    assert classify_error(400, body) is None
+    assert isinstance(classify_error(413, body), ContextOverflowError)
+
+
 def test_http_429_is_never_an_overflow() -> None:
     assert classify_error(429, "prompt is too long: 10 tokens > 5 maximum") is None
 

@@ -226,11 +226,11 @@ class StreamRedactor:
                 break
             cut = earlier
         self._held = held[cut:]
-        return redact(held[:cut], self.secrets)
+        return redact(held[:cut])  # the secrets are already replaced above
 
     def flush(self) -> str:
         held, self._held = self._held, ""
-        return redact(held, self.secrets)
+        return redact(held)  # feed replaced the secrets in what it held
 
     def _open_secret(self, text: str, end: int) -> int:
         """Where a proper prefix of a secret starts, ending at ``end`` (else ``end``)."""

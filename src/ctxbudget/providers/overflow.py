@@ -6,15 +6,16 @@ larger than a per-minute token limit is its own error, which no wait can cure.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from ctxbudget.errors import ContextOverflowError, RequestOverRateLimitError
+from ctxbudget.messages.jsondepth import load_json
 from ctxbudget.providers.overflow_table import (
     BILLING_MESSAGES,
     LOCALIZED_OVERFLOW,
     OVERFLOW_MESSAGES,
+    RATE_WINDOW,
     THROTTLING_MESSAGES,
     KnownMessage,
     N,
@@ -86,9 +87,7 @@ _STATED_LIMITS = tuple(
 )
 
 # A request bigger than a rate limit: per-minute (or hour/day) words and Requested > Limit.
-_RATE_WINDOW = re.compile(
-    r"tokens per (min(?:ute)?|hour|day)|\bT[PR]([MD])\b|per[- ]minute", _FLAGS
-)
+_RATE_WINDOW = re.compile(RATE_WINDOW, _FLAGS)
 _REQUESTED = re.compile(rf"\brequested\b[:\s]*{_NUM}", _FLAGS)
 _RATE_LIMIT = re.compile(rf"\blimit\b[:\s]*{_NUM}", _FLAGS)
 _OVER_RATE = re.compile(rf"{_NUM}\s*>\s*{_NUM}\s*T[PR][MD]\b", _FLAGS)
@@ -117,6 +116,11 @@ def is_structural_overflow(text: str) -> bool:
     text = _bounded(text)
     if is_throttling(text) or _any(BILLING_MESSAGES, text):
         return False
+    return _structural(text)
+
+
+def _structural(text: str) -> bool:
+    """`is_structural_overflow` without its veto, for callers that already ran it."""
     message = _json_message(text) or text
     for sentence in _SENTENCE_END.split(message):
         if _SUBJECT.search(sentence) and _SHAPE.search(sentence):
@@ -175,7 +179,7 @@ def _is_overflow(status: int | None, text: str, provider: str | None) -> bool:
         _any(OVERFLOW_MESSAGES, text)
         or _any(LOCALIZED_OVERFLOW, text)
         or _structured_overflow(text)
-        or is_structural_overflow(text)
+        or _structural(text)  # classify_error has already run the veto
         or status == 413
         # Cerebras answers an overflow with a bare 400 or 413 and no body (Pi overflow.ts).
         or (provider == "cerebras" and status in (400, 413) and not text.strip())
@@ -262,8 +266,9 @@ def _positive(value: object) -> int | None:
 
 
 def _loads(text: str) -> Any:
+    # Depth-capped: a deeply nested body is not JSON to us, never a RecursionError.
     try:
-        return json.loads(text)
+        return load_json(text)
     except ValueError:
         return None
 

@@ -12,6 +12,7 @@ __all__ = [
     "BILLING_MESSAGES",
     "LOCALIZED_OVERFLOW",
     "OVERFLOW_MESSAGES",
+    "RATE_WINDOW",
     "THROTTLING_MESSAGES",
     "KnownMessage",
     "N",
@@ -548,6 +549,9 @@ LOCALIZED_OVERFLOW: tuple[KnownMessage, ...] = (
     ),
 )
 
+# Per-minute (hour, day) token-rate wording; the groups hold the period's unit.
+RATE_WINDOW = r"tokens per (min(?:ute)?|hour|day)|\bT[PR]([MD])\b|per[- ]minute"
+
 # Checked before the overflow tables: a match here is never an overflow.
 THROTTLING_MESSAGES: tuple[KnownMessage, ...] = (
     _entry(
@@ -572,7 +576,7 @@ THROTTLING_MESSAGES: tuple[KnownMessage, ...] = (
     ),
     _entry(
         "groq",
-        r"tokens per (?:min(?:ute)?|hour|day)|\bT[PR][MD]\b|per[- ]minute",
+        RATE_WINDOW,
         "Rate limit reached for model `llama-3.1-8b-instant` on tokens per minute (TPM): Limit "
         "6000, Used 5034, Requested 1443. Please try again in 4.77s.",
         "Groq 429 (elizaOS/eliza#4040)",
