@@ -32,7 +32,6 @@ from ctxbudget.budget.floor import check_prompt_floor, one_line
 from ctxbudget.budget.rules import Policy, validate_window
 from ctxbudget.compaction.archive import Archive
 from ctxbudget.compaction.records import message_to_record
-from ctxbudget.compaction.strategies import CompactionResult
 from ctxbudget.compaction.summarizer import Summarizer
 from ctxbudget.errors import CompactionError, ContextOverflowError, RequestOverRateLimitError
 from ctxbudget.messages.model import Message, Request
@@ -117,11 +116,9 @@ class ContextGuard:
         self.compacted_at: float | None = None
         """When the latest compaction ran: usage reported before it describes another context."""
         self.compactions: list[CompactionRecord] = []
-        self.last_result: CompactionResult | None = None
         self.summaries: list[str] = []
         """Every handoff summary written so far, oldest first."""
         self.overflows = 0
-        self.overflow_messages: list[str] = []
         self.sources: Counter[str] = Counter()
         """How the checks reached their sizes: ``usage`` (usage-first) or ``count``."""
         self._archived: set[str] = set()
@@ -170,7 +167,6 @@ class ContextGuard:
             scale=scale,
         )
         self.compaction_id = result.compaction_id
-        self.last_result = result
         if result.summary:
             self.summaries.append(result.summary)
         self.compactions.append(record)
@@ -208,7 +204,6 @@ class ContextGuard:
         Raises `CompactionError` when this is the second overflow of the same request.
         """
         self.overflows += 1
-        self.overflow_messages.append(one_line(str(error)))
         if self.archive is not None:
             self.archive.append_meta({"overflows": self.overflows})
         adopted = adopt_window(
