@@ -171,7 +171,6 @@ class ContextGuard:
             self.summaries.append(result.summary)
         self.compactions.append(record)
         if self.archive is not None:
-            self.observe(request.messages)
             view = tuple(_clean(m) for m in result.messages)
             # The view's new messages (summary, placeholders) live in the compaction record.
             self._archived.update(_digest(m) for m in view)
@@ -213,6 +212,7 @@ class ContextGuard:
             self.window, self.policy = adopted
             self.check_floor(request)
         scale = undercount_scale(self.counter.count(request).total, error.prompt_tokens)
+        self.observe(request.messages)  # prepare() observed the pressure path's already
         return self.compact(request, "context_overflow", scale=scale)
 
     def retry_failed(self, error: Exception) -> CompactionError:
