@@ -6,16 +6,18 @@ import time
 from typing import TYPE_CHECKING
 
 from ctxbudget.agent.events import CompactionRecord, Trigger
-from ctxbudget.agent.settings import compaction_line
+from ctxbudget.agent.settings import compaction_line, effective_max_output, policy_for
 from ctxbudget.budget.context import RequestCounterLike
-from ctxbudget.budget.rules import Policy
+from ctxbudget.budget.floor import one_line
+from ctxbudget.budget.rules import Policy, validate_window
 from ctxbudget.messages.model import Request
 
 if TYPE_CHECKING:
+    from ctxbudget.compaction.archive import Archive
     from ctxbudget.compaction.strategies import CompactionResult
     from ctxbudget.compaction.summarizer import Summarizer
 
-__all__ = ["compact_under_line", "undercount_scale"]
+__all__ = ["adopt_window", "compact_under_line", "still_over_window", "undercount_scale"]
 
 
 def compact_under_line(
@@ -64,3 +66,31 @@ def undercount_scale(ours: int, real: int | None) -> float:
     """How far to lower the line after an overflow: our count of the refused prompt over the
     server's (``real``, when its error said), at most 1."""
     return min(1.0, ours / real) if real and ours > 0 else 1.0
+
+
+def adopt_window(
+    limit: int | None,
+    window: int,
+    spec: str | Policy,
+    max_output: int | None,
+    archive: Archive | None,
+) -> tuple[int, Policy] | None:
+    """The server's stated ``limit`` as the new window with its rule (recorded in ``archive``),
+    or None when it is not smaller than ``window``; ``max_output`` is the configured setting."""
+    # Adopt only a smaller window: a larger stated limit says our count was low, not that
+    # the user's chosen window (for cost, say) should grow.
+    if limit is None or not 0 < limit < window:
+        return None
+    adopted = validate_window(limit)
+    policy = policy_for(spec, adopted, effective_max_output(adopted, max_output))
+    if archive is not None:
+        archive.append_meta({"window": adopted})
+    return adopted, policy
+
+
+def still_over_window(error: BaseException) -> str:
+    """The message for a request that overflowed again after its compaction."""
+    return (
+        f"the request still exceeds the model's window after compacting "
+        f"({one_line(str(error))}); lower the window or the reserve"
+    )

@@ -12,7 +12,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxbudget.agent.compacting import compact_under_line, undercount_scale
+from ctxbudget.agent.compacting import (
+    adopt_window,
+    compact_under_line,
+    still_over_window,
+    undercount_scale,
+)
 from ctxbudget.agent.events import CompactionRecord, EventSink, LoopEvent, SessionSummary, Trigger
 from ctxbudget.agent.settings import (
     effective_max_output,
@@ -22,7 +27,7 @@ from ctxbudget.agent.settings import (
 )
 from ctxbudget.agent.silent import SilentOverflow, cut_reply, truncated_prompt
 from ctxbudget.budget.context import RequestCounterLike, context_tokens
-from ctxbudget.budget.floor import check_prompt_floor
+from ctxbudget.budget.floor import check_prompt_floor, one_line
 from ctxbudget.budget.rules import Checkpoint, Policy, validate_window
 from ctxbudget.errors import CompactionError, ConfigError, ContextOverflowError, ProviderError
 from ctxbudget.messages.model import Message, Request, ToolCall, ToolSpec
@@ -277,10 +282,7 @@ class Agent:
             return self._send()
         except ContextOverflowError as again:
             self._overflowed(again)
-            raise CompactionError(
-                f"turn {self.turn}: the request still exceeds the model's window after "
-                f"compacting ({_one_line(str(again))}); lower the window or the reserve"
-            ) from again
+            raise CompactionError(f"turn {self.turn}: {still_over_window(again)}") from again
 
     def _check_truncation(self, completion: Completion) -> None:
         """A prompt the server silently shortened: adopt its size and compact (the reply stays:
@@ -299,7 +301,7 @@ class Agent:
 
     def _overflowed(self, exc: ContextOverflowError) -> None:
         self._count_overflow(
-            limit=exc.limit, prompt_tokens=exc.prompt_tokens, message=_one_line(str(exc))
+            limit=exc.limit, prompt_tokens=exc.prompt_tokens, message=one_line(str(exc))
         )
         if exc.limit is not None:
             self._adopt_window(exc.limit, "the server stated its real context length")
@@ -317,14 +319,13 @@ class Agent:
         self._emit("overflow", **data)
 
     def _adopt_window(self, limit: int, reason: str) -> None:
-        # Adopt only a smaller window: a larger stated limit says our count was low, not that
-        # the user's chosen window (for cost, say) should grow.
-        if not 0 < limit < self.window:
+        adopted = adopt_window(
+            limit, self.window, self._policy_spec, self._max_output_setting, self.archive
+        )
+        if adopted is None:
             return
-        old, self.window = self.window, validate_window(limit)
-        self.policy = policy_for(self._policy_spec, self.window, self.max_output_tokens)
-        if self.archive is not None:
-            self.archive.append_meta({"window": self.window})
+        old = self.window
+        self.window, self.policy = adopted
         self._emit("window_changed", old=old, window=self.window, reason=reason)
         self.check_floor()
 
@@ -423,7 +424,3 @@ class Agent:
 def _summarizer_of(provider: Provider) -> Summarizer | None:
     summarize = getattr(provider, "summarize", None)
     return provider if callable(summarize) else None  # type: ignore[return-value]
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

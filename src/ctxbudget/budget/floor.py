@@ -21,6 +21,7 @@ __all__ = [
     "floor_parts",
     "is_ollama",
     "ollama_context_length",
+    "one_line",
     "request_floor_parts",
 ]
 
@@ -73,7 +74,8 @@ def ollama_context_length(floor: int, reserve: int) -> int:
     return 1 << (need - 1).bit_length()
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace made one space."""
     return " ".join(text.split())
 
 
@@ -111,7 +113,7 @@ def check_prompt_floor(
     )
     if largest:
         message += "; largest parts: " + ", ".join(
-            f"{_one_line(label)} {n:,}" for label, n in largest
+            f"{one_line(label)} {n:,}" for label, n in largest
         )
     message += (
         f"; shorten the system prompt, drop unused tools, lower max output or use a model with "

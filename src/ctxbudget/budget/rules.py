@@ -398,7 +398,7 @@ class CtxbudgetPolicy(Policy):
         return max(fixed, min(largest_reply, validate_window(window) // LEARNED_REPLY_SHARE))
 
     def threshold(self, window: int) -> int:
-        return validate_window(window) - self.reserve(window)
+        return self.threshold_in_session(window)
 
     def threshold_in_session(
         self, window: int, *, largest_reply: int = 0, max_output: int | None = None

@@ -15,7 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
-from ctxbudget.agent.compacting import compact_under_line, undercount_scale
+from ctxbudget.agent.compacting import (
+    adopt_window,
+    compact_under_line,
+    still_over_window,
+    undercount_scale,
+)
 from ctxbudget.agent.events import CompactionRecord, Trigger
 from ctxbudget.agent.settings import (
     effective_max_output,
@@ -23,11 +28,10 @@ from ctxbudget.agent.settings import (
     reply_reserve,
 )
 from ctxbudget.budget.context import ContextEstimate, RequestCounterLike, context_tokens
-from ctxbudget.budget.floor import check_prompt_floor
+from ctxbudget.budget.floor import check_prompt_floor, one_line
 from ctxbudget.budget.rules import Policy, validate_window
 from ctxbudget.compaction.archive import Archive
 from ctxbudget.compaction.records import message_to_record
-from ctxbudget.compaction.strategies import CompactionResult
 from ctxbudget.compaction.summarizer import Summarizer
 from ctxbudget.errors import CompactionError, ContextOverflowError, RequestOverRateLimitError
 from ctxbudget.messages.model import Message, Request
@@ -49,11 +53,6 @@ class GuardOptions(TypedDict, total=False):
     strategy: str
     archive: Archive | str | Path | None
     max_output_tokens: int | None
-
-
-def one_line(text: str) -> str:
-    """``text`` with every run of whitespace made one space."""
-    return " ".join(text.split())
 
 
 def overflow_of(error: BaseException, *, known: bool = False) -> ContextOverflowError | None:
@@ -117,11 +116,9 @@ class ContextGuard:
         self.compacted_at: float | None = None
         """When the latest compaction ran: usage reported before it describes another context."""
         self.compactions: list[CompactionRecord] = []
-        self.last_result: CompactionResult | None = None
         self.summaries: list[str] = []
         """Every handoff summary written so far, oldest first."""
         self.overflows = 0
-        self.overflow_messages: list[str] = []
         self.sources: Counter[str] = Counter()
         """How the checks reached their sizes: ``usage`` (usage-first) or ``count``."""
         self._archived: set[str] = set()
@@ -170,12 +167,10 @@ class ContextGuard:
             scale=scale,
         )
         self.compaction_id = result.compaction_id
-        self.last_result = result
         if result.summary:
             self.summaries.append(result.summary)
         self.compactions.append(record)
         if self.archive is not None:
-            self.observe(request.messages)
             view = tuple(_clean(m) for m in result.messages)
             # The view's new messages (summary, placeholders) live in the compaction record.
             self._archived.update(_digest(m) for m in view)
@@ -208,25 +203,21 @@ class ContextGuard:
         Raises `CompactionError` when this is the second overflow of the same request.
         """
         self.overflows += 1
-        self.overflow_messages.append(one_line(str(error)))
         if self.archive is not None:
             self.archive.append_meta({"overflows": self.overflows})
-        # Adopt only a smaller window: a larger stated limit says our count was low.
-        if error.limit is not None and 0 < error.limit < self.window:
-            self.window = validate_window(error.limit)
-            self.policy = policy_for(self._policy_spec, self.window, self.max_output_tokens)
-            if self.archive is not None:
-                self.archive.append_meta({"window": self.window})
+        adopted = adopt_window(
+            error.limit, self.window, self._policy_spec, self._max_output_setting, self.archive
+        )
+        if adopted is not None:
+            self.window, self.policy = adopted
             self.check_floor(request)
         scale = undercount_scale(self.counter.count(request).total, error.prompt_tokens)
+        self.observe(request.messages)  # prepare() observed the pressure path's already
         return self.compact(request, "context_overflow", scale=scale)
 
     def retry_failed(self, error: Exception) -> CompactionError:
         """The error to raise when the request still overflows after compacting."""
-        return CompactionError(
-            f"the request still exceeds the model's window after compacting "
-            f"({one_line(str(error))}); lower the window or the reserve"
-        )
+        return CompactionError(still_over_window(error))
 
     # -- records ------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctxbudget.budget.floor import one_line
 from ctxbudget.errors import CtxbudgetError
 from ctxbudget.replay.analyze import replay_file, write_json
 from ctxbudget.replay.replay import call_windows, fill, recorded_compactions
@@ -189,9 +190,9 @@ def _attempt(job: Job) -> SessionSummary | str:
     try:
         return replay_one(job)
     except CtxbudgetError as e:
-        return " ".join(str(e).split())
+        return one_line(str(e))
     except Exception as e:  # one session's failure must not end the run
-        return f"{job.path}: internal error {type(e).__name__}: {' '.join(str(e).split())}"
+        return f"{job.path}: internal error {type(e).__name__}: {one_line(str(e))}"
 
 
 def _record(

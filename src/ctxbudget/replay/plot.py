@@ -84,10 +84,10 @@ def _panel(ax: Axes, result: ReplayResult, window: WindowReplay, policy: PolicyR
         ax.axvline(call, color=_COMPACTION, linewidth=4, alpha=0.6, zorder=0)
         ax.plot(call, 1.0, marker="v", color=_COMPACTION, clip_on=False,
                 transform=ax.get_xaxis_transform())  # fmt: skip
-    for fire in policy.fires or (policy.first_trigger,):
+    for fire in policy.fires:
         if fire is not None:
             ax.axvline(fire, color=_THRESHOLD, linewidth=1.2, linestyle="--")
-    for wall in window.walls or (window.wall,):
+    for wall in window.walls:
         if wall is not None:
             ax.axvline(wall, color="#000000", linewidth=1.2)
     fires = "never" if policy.first_trigger is None else f"at call {policy.first_trigger:,}"

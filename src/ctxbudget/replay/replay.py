@@ -129,11 +129,10 @@ def call_windows(
     return array("q", (by_model.get(t.model_at(i) or "", window) for i in range(len(t))))
 
 
-def find_wall(calls: Sequence[Call], window: int | Sequence[int]) -> int | None:
-    """The first call whose context + output exceeds the window (one, or one per call)."""
+def find_wall(calls: Sequence[Call], window: int) -> int | None:
+    """The first call whose context + output exceeds the window."""
     t = as_table(calls)
-    sizes = call_windows(t, window) if isinstance(window, int) else window
-    walls = segment_walls(t, sizes, [0] if len(t) else [])
+    walls = segment_walls(t, call_windows(t, window), [0] if len(t) else [])
     return walls[0] if walls else None
 
 
@@ -191,15 +190,6 @@ def session_lines(policy: Policy, t: CallTable, sizes: Sequence[int]) -> list[in
         )
         for i in range(len(t))
     ]
-
-
-def first_trigger(
-    policy: Policy, calls: Sequence[Call], window: int, extra: Sequence[int]
-) -> int | None:
-    """The first call at which ``policy`` fires on context + ``extra`` tokens."""
-    t = as_table(calls)
-    fires = segment_fires(policy, t, call_windows(t, window), extra, segment_starts(t))
-    return next((f for f in fires if f is not None), None)
 
 
 def is_late(trigger: int | None, wall: int | None) -> bool:
