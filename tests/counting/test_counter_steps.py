@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from tests.counting.strategies import messages
 
 from ctxbudget.counting import RequestCounter, count_request
+from ctxbudget.counting.qwen import last_query_index
 from ctxbudget.messages.model import Message, Request, ToolCall, common_prefix
 from ctxbudget.tokens.registry import ExactTokenizer, get_tokenizer
 
@@ -146,3 +147,24 @@ def test_common_prefix_by_identity_or_value() -> None:
     assert common_prefix((), (a,)) == 0
     with pytest.raises(TypeError):  # what _starts_with relies on: messages have no order
         assert a <= b  # type: ignore[operator]
+
+
+roles = st.sampled_from(["user", "assistant", "tool"])
+turns = st.builds(
+    lambda role, wrapped: Message(
+        role=role, content="<tool_response>\nok\n</tool_response>" if wrapped else "ok"
+    ),
+    roles,
+    st.booleans(),
+)
+
+
+@given(conversation=st.lists(turns, max_size=8), data=st.data())
+def test_last_query_after_an_append_looks_at_the_new_messages_only(
+    conversation: list[Message], data: st.DataObject
+) -> None:
+    """Given the index for ``messages[:start]``, the search from ``start`` finds the index a
+    full search finds: with a query before ``start``, with none, and with none at all."""
+    start = data.draw(st.integers(0, len(conversation)))
+    previous = last_query_index(conversation[:start])
+    assert last_query_index(conversation, start, previous) == last_query_index(conversation)
