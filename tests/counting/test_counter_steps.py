@@ -74,6 +74,14 @@ def test_step_after_a_reply_encodes_only_the_new_message(
     assert not any(reply.reasoning and reply.reasoning in text for text in encoded)
 
 
+def test_a_new_user_turn_encodes_its_text_alone(encoded: list[str]) -> None:
+    """The turn's frame is counted once per role; a step tokenises the text, as alone."""
+    counter = RequestCounter("qwen3")
+    counter.count(Request(messages=(replace(QUERY), PLAIN, replace(USER))))
+    _step(counter, Request(messages=(QUERY, PLAIN)), USER, encoded)
+    assert encoded == [USER.text]
+
+
 def test_step_after_a_tool_result_encodes_only_the_new_result(encoded: list[str]) -> None:
     first = Message(role="tool", content="first result", tool_call_id="c1")
     second = Message(role="tool", content="second result", tool_call_id="c2")
