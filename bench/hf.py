@@ -158,7 +158,8 @@ def real_step_rows(counters: dict[str, str]) -> list[str]:
         "",
         "## Real agent steps: the four sessions of tests/data/traces, after a history",
         "",
-        f"{len(steps)} steps; each appends what the session appended between two calls.",
+        f"{len(steps)} steps; each appends what its session appended between two calls (the",
+        "reply, then tool results or user turns).",
         "",
         "| counter | history tokens | all steps | tokenising alone | ratio of totals |"
         " median step ratio | median ratio, steps < 200 tokens (n) | median new tokens |",
@@ -166,7 +167,10 @@ def real_step_rows(counters: dict[str, str]) -> list[str]:
     ]
     for label, counter in counters.items():
         for size in (1_000, 10_000, 100_000, 1_000_000):
-            took, alone, median, small, n, tokens = real_steps(counter, conversation(size), steps)
+            base = conversation(size)
+            if "tools" in label:
+                base = replace(base, tools=(READ_FILE,))
+            took, alone, median, small, n, tokens = real_steps(counter, base, steps)
             lines.append(
                 f"| {label} | {size:,} | {took * 1e3:.1f} ms | {alone * 1e3:.1f} ms |"
                 f" {took / alone:.2f}x | {median:.2f}x | {small:.2f}x ({n}) | {tokens:.0f} |"
@@ -247,6 +251,7 @@ def main() -> None:
                         f" {took / alone:.2f}x |"
                     )
                     print(lines[-1], flush=True)
+        lines += real_step_rows(counters)
     (HERE / "hf.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
