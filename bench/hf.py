@@ -7,6 +7,7 @@ Run: PYTHONPATH=src .venv/bin/python bench/hf.py   (needs the dev extra: transfo
 from __future__ import annotations
 
 import gc
+import itertools
 import statistics
 import sys
 import tempfile
@@ -18,6 +19,7 @@ import counting as counting_bench  # bench/counting.py, beside this script
 from ctxbudget.counting import RequestCounter, count_request
 from ctxbudget.counting.template_input import message_text, template_messages
 from ctxbudget.messages.model import Message, Request, ToolSpec
+from ctxbudget.replay.importers import load_trace
 from ctxbudget.tokens.registry import get_tokenizer
 
 HERE = Path(__file__).parent
@@ -45,7 +47,7 @@ def conversation(tokens: int, per_message: int = 500) -> Request:
 
 
 def step(counter: str, base: Request, repeat: int, added_text: str) -> tuple[float, float]:
-    """Median seconds of a step and of tokenising its new message alone, measured in turn.
+    """Median seconds of a step and of tokenising a new message alone, measured in turn.
 
     A step counts the previous request + one new message, the previous request counted just
     before by the same counter, as in a loop. The previous request is ``base`` with its last
@@ -53,28 +55,36 @@ def step(counter: str, base: Request, repeat: int, added_text: str) -> tuple[flo
     reply losing its empty ``<think>``) is rendered here too, once, while the history keeps its
     size. The new message (``added_text``) takes the other role than the last one (user after a
     reply, reply after a user), or is a tool result when it is ``TOOL_RESULT``.
-    The baseline is the tokenizer's ``encode(text, special=True)`` of the new message's text,
-    timed next to the step. Garbage collection is off while timing, as ``timeit`` does.
+    The baseline is the tokenizer's ``encode(text, special=True)`` of another new text of the
+    same kind, after the same work (counting another previous request): each side tokenises a
+    text it has not seen, as a loop does; timing the step's own text again right after would
+    find it in the CPU caches, 5-25% faster. Garbage collection is off while timing.
     """
     last = base.messages[-1]
     role = "assistant" if last.role == "user" else "user"
     tokenizer = get_tokenizer(counter)
     rc = RequestCounter(counter)
+    kind = "tool" if added_text is TOOL_RESULT else role
     steps, alone = [], []
+
+    def previous(tag: str) -> Request:
+        last_text = f"{tag} {message_text(last)}"
+        return base.with_messages((*base.messages[:-1], replace(last, content=last_text)))
+
     gc.collect()
     gc.disable()
     try:
         for i in range(repeat + 3):  # the first three warm the caches up
-            previous = base.with_messages(
-                (*base.messages[:-1], replace(last, content=f"{i} {message_text(last)}"))
+            before = previous(f"{i}")
+            new = before.with_messages(
+                (*before.messages, Message(role=kind, content=f"{i} {added_text}"))
             )
-            text = f"{i} {added_text}"
-            added = Message(role="tool" if added_text is TOOL_RESULT else role, content=text)
-            new = previous.with_messages((*previous.messages, added))
-            rc.count(previous)
+            rc.count(before)
             start = time.perf_counter()
             rc.count(new)
             took = time.perf_counter() - start
+            rc.count(previous(f"{i}b"))
+            text = f"{i}b {added_text}"
             start = time.perf_counter()
             tokenizer.encode(text, special=True)
             if i >= 3:
@@ -83,6 +93,90 @@ def step(counter: str, base: Request, repeat: int, added_text: str) -> tuple[flo
     finally:
         gc.enable()
     return statistics.median(steps), statistics.median(alone)
+
+
+def trace_steps() -> list[list[Message]]:
+    """What each call of the four real sessions in tests/data/traces appended to the one
+    before: the previous call's reply, then the messages added since (tool results, user
+    turns), in order; the sessions one after another."""
+    roles = {"assistant": "assistant", "tool": "tool", "toolResult": "tool"}
+    steps: list[list[Message]] = []
+    for path in sorted(data_file("traces").glob("*.json*")):
+        calls = load_trace(path).calls
+        for before, call in itertools.pairwise(calls):
+            added = [before.reply] if before.reply is not None else []
+            added += call.added
+            steps.append([Message(role=roles.get(m.role, "user"), content=m.text) for m in added])
+    return [s for s in steps if s]
+
+
+def real_steps(counter: str, base: Request, steps: list[list[Message]]) -> tuple[float, ...]:
+    """The real sessions' steps replayed after ``base``, each counted by one RequestCounter
+    right after the one before, as in a loop; then, in a second pass over fresh copies of the
+    same texts, the same tokenizer's ``encode`` of each step's new messages, one step after
+    the other (each text tokenised for the first time, as in the loop). Returns (total step
+    time, total time tokenising alone, median of the per-step ratios, that median over steps
+    of < 200 new tokens, their number, median new tokens per step)."""
+    tokenizer = get_tokenizer(counter)
+    rc = RequestCounter(counter)
+    request = base
+    rc.count(request)
+    took: list[float] = []
+    alone: list[float] = []
+    sizes: list[int] = []
+    copies = [[(m.text + ".")[:-1] for m in added] for added in steps]
+    gc.collect()
+    gc.disable()
+    try:
+        for added in steps:
+            request = request.with_messages((*request.messages, *added))
+            start = time.perf_counter()
+            rc.count(request)
+            took.append(time.perf_counter() - start)
+        for texts in copies:
+            start = time.perf_counter()
+            tokens = sum(len(tokenizer.encode(text, special=True)) for text in texts)
+            alone.append(time.perf_counter() - start)
+            sizes.append(tokens)
+    finally:
+        gc.enable()
+    ratios = [a / b for a, b in zip(took, alone, strict=True)]
+    small = [r for r, n in zip(ratios, sizes, strict=True) if n < 200]
+    return (
+        sum(took),
+        sum(alone),
+        statistics.median(ratios),
+        statistics.median(small),
+        len(small),
+        statistics.median(sizes),
+    )
+
+
+def real_step_rows(counters: dict[str, str]) -> list[str]:
+    steps = trace_steps()
+    lines = [
+        "",
+        "## Real agent steps: the four sessions of tests/data/traces, after a history",
+        "",
+        f"{len(steps)} steps; each appends what its session appended between two calls (the",
+        "reply, then tool results or user turns).",
+        "",
+        "| counter | history tokens | all steps | tokenising alone | ratio of totals |"
+        " median step ratio | median ratio, steps < 200 tokens (n) | median new tokens |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, counter in counters.items():
+        for size in (1_000, 10_000, 100_000, 1_000_000):
+            base = conversation(size)
+            if "tools" in label:
+                base = replace(base, tools=(READ_FILE,))
+            took, alone, median, small, n, tokens = real_steps(counter, base, steps)
+            lines.append(
+                f"| {label} | {size:,} | {took * 1e3:.1f} ms | {alone * 1e3:.1f} ms |"
+                f" {took / alone:.2f}x | {median:.2f}x | {small:.2f}x ({n}) | {tokens:.0f} |"
+            )
+            print(lines[-1], flush=True)
+    return lines
 
 
 def full_counts(name: str, path: Path, label: str) -> list[str]:
@@ -157,6 +251,7 @@ def main() -> None:
                         f" {took / alone:.2f}x |"
                     )
                     print(lines[-1], flush=True)
+        lines += real_step_rows(counters)
     (HERE / "hf.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

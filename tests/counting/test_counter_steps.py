@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from tests.counting.strategies import messages
 
 from ctxbudget.counting import RequestCounter, count_request
+from ctxbudget.counting.qwen import last_query_index
 from ctxbudget.messages.model import Message, Request, ToolCall, common_prefix
 from ctxbudget.tokens.registry import ExactTokenizer, get_tokenizer
 
@@ -71,6 +72,14 @@ def test_step_after_a_reply_encodes_only_the_new_message(
     assert len(encoded) == 1 and new.text in encoded[0]  # the new turn (its body), only
     assert not any((reply.text or CALL.name) in text for text in encoded)
     assert not any(reply.reasoning and reply.reasoning in text for text in encoded)
+
+
+def test_a_new_user_turn_encodes_its_text_alone(encoded: list[str]) -> None:
+    """The turn's frame is counted once per role; a step tokenises the text, as alone."""
+    counter = RequestCounter("qwen3")
+    counter.count(Request(messages=(replace(QUERY), PLAIN, replace(USER))))
+    _step(counter, Request(messages=(QUERY, PLAIN)), USER, encoded)
+    assert encoded == [USER.text]
 
 
 def test_step_after_a_tool_result_encodes_only_the_new_result(encoded: list[str]) -> None:
@@ -146,3 +155,24 @@ def test_common_prefix_by_identity_or_value() -> None:
     assert common_prefix((), (a,)) == 0
     with pytest.raises(TypeError):  # what _starts_with relies on: messages have no order
         assert a <= b  # type: ignore[operator]
+
+
+roles = st.sampled_from(["user", "assistant", "tool"])
+turns = st.builds(
+    lambda role, wrapped: Message(
+        role=role, content="<tool_response>\nok\n</tool_response>" if wrapped else "ok"
+    ),
+    roles,
+    st.booleans(),
+)
+
+
+@given(conversation=st.lists(turns, max_size=8), data=st.data())
+def test_last_query_after_an_append_looks_at_the_new_messages_only(
+    conversation: list[Message], data: st.DataObject
+) -> None:
+    """Given the index for ``messages[:start]``, the search from ``start`` finds the index a
+    full search finds: with a query before ``start``, with none, and with none at all."""
+    start = data.draw(st.integers(0, len(conversation)))
+    previous = last_query_index(conversation[:start])
+    assert last_query_index(conversation, start, previous) == last_query_index(conversation)

@@ -3,7 +3,8 @@
 For a built-in scheme the incremental counter keeps each message's count with the flags it was
 rendered under; a step re-renders only new messages and those whose flags changed (in Qwen3,
 assistant turns that a new user query moves before the last query lose their reasoning), and
-where the scheme cuts such a message into ``Parts`` its body keeps its count. For a
+where the scheme cuts a message into frame and body (``SplitScheme``) the body keeps its count
+and a new flag value costs a look-up. For a
 Jinja template (``hf:PATH``) a step renders what changed and tokenises only the pieces of text it
 has not seen (``template_count.PieceCache``).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from ctxbudget.counting.result import RequestCount
-from ctxbudget.counting.scheme import NO_PIVOT, Parts, Scheme, SplitScheme
+from ctxbudget.counting.scheme import NO_PIVOT, Scheme, SplitScheme
 from ctxbudget.counting.select import choose_scheme, counter_name_for_model
 from ctxbudget.counting.template_count import PieceCache, TemplateScheme
 from ctxbudget.messages.model import Message, Request, ToolSpec, common_prefix
@@ -22,34 +23,31 @@ from ctxbudget.tokens.select import GENERIC_ESTIMATOR
 
 
 def _assemble(
-    scheme: Scheme,
+    name: str,
+    kind: CounterKind,
     head: tuple[int, int],
     counts: list[int],
-    approx: bool,
-    *,
-    generation: int | None = None,
-    messages: int | None = None,
+    messages: int,
+    generation: int,
 ) -> RequestCount:
-    """The count from per-message counts; ``generation`` and ``messages`` (the sum of
-    ``counts``) may be given by a caller that keeps them, so a step does not re-sum."""
+    """The count from per-message counts, ``messages`` their sum; ``kind`` is ``estimate``
+    where any count is."""
     system, tools = head
-    gen = scheme.generation() if generation is None else generation
-    total_messages = sum(counts) if messages is None else messages
     if counts:
-        counts[-1] += gen  # one copy of the list: lend the last count the reply primer
+        counts[-1] += generation  # one copy of the list: lend the last count the reply primer
         per_message = tuple(counts)
-        counts[-1] -= gen
-        total_messages += gen
+        counts[-1] -= generation
+        messages += generation
     else:
         per_message = ()
-        system += gen  # no message to carry the reply primer: the head does
+        system += generation  # no message to carry the reply primer: the head does
     return RequestCount(
-        counter=scheme.name,
-        kind="estimate" if approx else scheme.kind,
-        total=system + tools + total_messages,
+        counter=name,
+        kind=kind,
+        total=system + tools + messages,
         system=system,
         tools=tools,
-        messages=total_messages,
+        messages=messages,
         per_message=per_message,
         floor=system + tools,
     )
@@ -66,7 +64,9 @@ def count_with(scheme: Scheme | TemplateScheme, request: Request) -> RequestCoun
         tokens, estimated = scheme.message(message, scheme.flags(messages, i, pivot))
         counts.append(tokens)
         approx = approx or estimated
-    return _assemble(scheme, scheme.head(request), counts, approx)
+    kind: CounterKind = "estimate" if approx else scheme.kind
+    head = scheme.head(request)
+    return _assemble(scheme.name, kind, head, counts, sum(counts), scheme.generation())
 
 
 def count_request(
@@ -110,11 +110,11 @@ class RequestCounter:
         self.kind: CounterKind = (
             "exact" if isinstance(self._scheme, TemplateScheme) else (self._scheme.kind)
         )
-        self._head_key: tuple[str, tuple[ToolSpec, ...]] | None = None
+        self._system: str | None = None
+        self._tools: tuple[ToolSpec, ...] = ()
         self._head = (0, 0)
         self._messages: tuple[Message, ...] = ()
         self._pivot = NO_PIVOT
-        self._flags: list[Hashable] = []
         self._counts: list[int] = []
         self._approx: list[bool] = []
         self._sum = 0
@@ -124,10 +124,10 @@ class RequestCounter:
         self._generation: int | None = None
         self._cache: dict[tuple[int, Hashable], tuple[Message, int, bool]] = {}
         self._split = self._scheme if isinstance(self._scheme, SplitScheme) else None
-        self._bodies: dict[int, tuple[Message, int]] = {}
-        """Token counts of ``Parts.body`` by message, whatever flags it was rendered under."""
-        self._fixed: dict[str, int] = {}
-        """Token counts of ``Parts.framing`` / ``closing`` texts (a few constants)."""
+        self._bodies: dict[int, tuple[Message, int | None]] = {}
+        """Token counts of ``SplitScheme.body`` by message (None: no cut), whatever flags."""
+        self._frames: dict[tuple[str, Hashable], int] = {}
+        """Token counts of ``SplitScheme.frame`` by (role, flags): a few constants."""
         self._high = 0
         """The most messages a counted request has held: the cache keeps at least that many."""
         self._last: tuple[Request, RequestCount] | None = None
@@ -143,76 +143,68 @@ class RequestCounter:
             result = scheme.count(request, self._pieces)
             self._pieces.trim()
         else:
-            self._update_head(scheme, request)
+            if not (request.system == self._system and _same_tools(self._tools, request.tools)):
+                self._head = scheme.head(request)
+                self._system, self._tools = request.system, request.tools
             self._update_messages(scheme, request.messages)
             if self._generation is None:
                 self._generation = scheme.generation()
             result = _assemble(
-                scheme,
+                self.name,
+                "estimate" if self._estimated else self.kind,
                 self._head,
                 self._counts,
-                self._estimated > 0,
-                generation=self._generation,
-                messages=self._sum,
+                self._sum,
+                self._generation,
             )
         self._last = (request, result)
         return result
 
-    def _update_head(self, scheme: Scheme, request: Request) -> None:
-        key = (request.system, request.tools)
-        old = self._head_key
-        if old is None or not (old[0] == key[0] and (old[1] is key[1] or old[1] == key[1])):
-            self._head = scheme.head(request)
-            self._head_key = key
-
     def _update_messages(self, scheme: Scheme, messages: tuple[Message, ...]) -> None:
-        old = self._messages
-        common = common_prefix(old, messages)
-        pivot = scheme.pivot(messages)
-        start = max(common - 1, 0)  # the old last message's neighbours changed
+        common = common_prefix(self._messages, messages)
+        appended = common == len(self._messages)  # the old pivot holds for messages[:common]
+        pivot = scheme.pivot(messages, common, self._pivot) if appended else scheme.pivot(messages)
+        start = common - 1 if common else 0  # the old last message's neighbours changed
         if pivot != self._pivot:
-            start = min(start, min(pivot, self._pivot) + 1)
-        start = max(start, 0)
-        self._sum -= sum(self._counts[start:])
-        self._estimated -= sum(self._approx[start:])
-        del self._counts[start:], self._approx[start:], self._flags[start:]
+            start = min(start, pivot + 1, self._pivot + 1)
+        counts, approx = self._counts, self._approx
+        while len(counts) > start:  # usually the old last message alone
+            self._sum -= counts.pop()
+            self._estimated -= approx.pop()
+        flags, message = scheme.flags, self._message
         for i in range(start, len(messages)):
-            flags = scheme.flags(messages, i, pivot)
-            self._flags.append(flags)
-            tokens, estimated = self._message(scheme, messages[i], flags)
-            self._counts.append(tokens)
-            self._approx.append(estimated)
+            tokens, estimated = message(scheme, messages[i], flags(messages, i, pivot))
+            counts.append(tokens)
+            approx.append(estimated)
             self._sum += tokens
             self._estimated += estimated
         self._messages, self._pivot = messages, pivot
         self._prune()
 
     def _message(self, scheme: Scheme, message: Message, flags: Hashable) -> tuple[int, bool]:
+        split = self._split
+        if split is not None:
+            body = self._bodies.get(id(message))
+            if body is None or body[0] is not message:
+                text = split.body(message)
+                body = (message, None if text is None else split.tokens(text))
+                self._bodies[id(message)] = body
+            if body[1] is not None:
+                return body[1] + self._frame(split, message.role, flags), False
         key = (id(message), flags)
         hit = self._cache.get(key)
         if hit is not None and hit[0] is message:
             return hit[1], hit[2]
-        parts = self._split.parts(message, flags) if self._split is not None else None
-        if parts is None:
-            tokens, estimated = scheme.message(message, flags)
-        else:
-            tokens, estimated = self._parts_tokens(message, parts), False
+        tokens, estimated = scheme.message(message, flags)
         self._cache[key] = (message, tokens, estimated)
         return tokens, estimated
 
-    def _parts_tokens(self, message: Message, parts: Parts) -> int:
-        split = self._split
-        assert split is not None
-        body = self._bodies.get(id(message))
-        if body is None or body[0] is not message:
-            body = (message, split.tokens(parts.body))
-            self._bodies[id(message)] = body
-        tokens = body[1]
-        for text in (parts.framing, parts.closing):
-            fixed = self._fixed.get(text)
-            if fixed is None:
-                fixed = self._fixed[text] = split.tokens(text)
-            tokens += fixed
+    def _frame(self, split: SplitScheme, role: str, flags: Hashable) -> int:
+        key = (role, flags)
+        tokens = self._frames.get(key)
+        if tokens is None:
+            framing, closing = split.frame(role, flags)
+            tokens = self._frames[key] = split.tokens(framing) + split.tokens(closing)
         return tokens
 
     def _prune(self) -> None:
@@ -229,7 +221,9 @@ class RequestCounter:
 def _same_request(a: Request, b: Request) -> bool:
     """True when ``b`` renders as ``a`` did: the same messages tuple, system and tools."""
     return a is b or (
-        a.messages is b.messages
-        and a.system == b.system
-        and (a.tools is b.tools or a.tools == b.tools)
+        a.messages is b.messages and a.system == b.system and _same_tools(a.tools, b.tools)
     )
+
+
+def _same_tools(a: tuple[ToolSpec, ...], b: tuple[ToolSpec, ...]) -> bool:
+    return a is b or a == b

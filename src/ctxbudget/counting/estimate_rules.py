@@ -51,7 +51,7 @@ class EstimateScheme:
         schemas = "\n".join(tojson(tool_dict(t)) for t in request.tools)
         return system, self.tool_prompt + self.counter.count(schemas)
 
-    def pivot(self, messages: Sequence[Message]) -> int:
+    def pivot(self, messages: Sequence[Message], start: int = 0, previous: int = NO_PIVOT) -> int:
         return NO_PIVOT
 
     def flags(self, messages: Sequence[Message], index: int, pivot: int) -> Hashable:

@@ -108,7 +108,7 @@ class OpenAIScheme:
         discount = TOOLS_SYSTEM_DISCOUNT if request.system else 0
         return system, self.counter.count(tools_text(request.tools)) + TOOLS_OVERHEAD - discount
 
-    def pivot(self, messages: Sequence[Message]) -> int:
+    def pivot(self, messages: Sequence[Message], start: int = 0, previous: int = NO_PIVOT) -> int:
         return NO_PIVOT
 
     def flags(self, messages: Sequence[Message], index: int, pivot: int) -> Hashable:

@@ -10,7 +10,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from ctxbudget.counting.images import qwen_image_tokens
-from ctxbudget.counting.scheme import NO_PIVOT, Parts
+from ctxbudget.counting.scheme import NO_PIVOT
 from ctxbudget.counting.template_input import call_arguments, message_text, tojson, tool_dict
 from ctxbudget.messages.model import Message, Request, ToolCall
 from ctxbudget.tokens.base import CounterKind
@@ -41,7 +41,6 @@ NATIVE_TEMPLATES = {
 # tool results) at ">\n" | "<", a boundary of Qwen's pre-tokenizer pattern.
 NATIVE_CUT_TOKENS = ("<|im_start|>", "<|im_end|>")
 TOOL_OPEN, TOOL_CLOSE = "<tool_response>", "</tool_response>"
-_CUT_ROLES = frozenset({"assistant", "tool"})
 _NL_CUT = (QWEN_PATTERN, QWEN36_PATTERN)
 """Pre-tokenizer patterns for which a cut after a newline, before a non-space, is exact."""
 
@@ -57,18 +56,20 @@ def _tools_block(request: Request) -> str:
 def _tool_message(message: Message, opens: bool, closes: bool) -> str:
     # The newline between two results ends the first: Qwen2.5 has no <tool_response> token,
     # and ">\n" | "<" is a pre-token boundary where "</tool_response>" | "\n<" is not.
-    parts = _tool_parts(message, opens, closes)
-    return parts.framing + parts.body + parts.closing
+    framing, closing = _tool_frame(opens, closes)
+    return framing + _tool_body(message) + closing
 
 
-def _tool_parts(message: Message, opens: bool, closes: bool) -> Parts:
-    """A tool result's turn cut at its ``<tool_response>`` tags, an exact cut where the
-    tokenizer has them as added tokens (Qwen3)."""
+def _tool_frame(opens: bool, closes: bool) -> tuple[str, str]:
+    """A tool result's turn around its body, cut at its ``<tool_response>`` tags: an exact cut
+    where the tokenizer has them as added tokens (Qwen3)."""
     head = "<|im_start|>user\n" if opens else ""
     tail = TURN_CLOSE if closes else "\n"
-    return Parts(
-        f"{head}<tool_response>", f"\n{message_text(message)}\n", f"</tool_response>{tail}"
-    )
+    return f"{head}<tool_response>", f"</tool_response>{tail}"
+
+
+def _tool_body(message: Message) -> str:
+    return f"\n{message_text(message)}\n"
 
 
 def _tool_neighbours(messages: Sequence[Message], index: int) -> tuple[bool, bool]:
@@ -103,11 +104,17 @@ def is_query(message: Message) -> bool:
     return not (text.startswith("<tool_response>") and text.endswith("</tool_response>"))
 
 
-def last_query_index(messages: Sequence[Message]) -> int:
-    """Index of the last real user query; the last index when there is none (as the template)."""
-    for i in range(len(messages) - 1, -1, -1):
+def last_query_index(messages: Sequence[Message], start: int = 0, previous: int = NO_PIVOT) -> int:
+    """Index of the last real user query; the last index when there is none (as the template).
+
+    ``previous`` is the index for ``messages[:start]``: if that part has a query, it is the
+    last one; if not, it is ``start - 1``, no query. So only ``messages[start:]`` is searched.
+    """
+    for i in range(len(messages) - 1, start - 1, -1):
         if is_query(messages[i]):
             return i
+    if 0 <= previous < start and is_query(messages[previous]):
+        return previous
     return len(messages) - 1
 
 
@@ -120,6 +127,13 @@ def split_reasoning(message: Message) -> tuple[str, str]:
         before, after = content.split("</think>")[0], content.split("</think>")[-1]
         return after.lstrip("\n"), before.rstrip("\n").split("<think>")[-1].lstrip("\n")
     return content, ""
+
+
+def _has_reasoning(message: Message) -> bool:
+    """``bool(split_reasoning(message)[1])`` without splitting a reply that has no ``</think>``."""
+    if message.reasoning is not None:
+        return bool(message.reasoning)
+    return "</think>" in message_text(message) and bool(split_reasoning(message)[1])
 
 
 def _qwen3_calls(message: Message, content: str) -> str:
@@ -140,15 +154,19 @@ def qwen3_assistant(message: Message, after_query: bool, last: bool) -> str:
     return text + _qwen3_calls(message, content) + "<|im_end|>\n"
 
 
-def qwen3_assistant_parts(message: Message, after_query: bool, last: bool) -> Parts | None:
-    """``qwen3_assistant`` cut before its content, which both renderings of a reply without
-    reasoning share when it starts with a non-space; None otherwise (then the empty
+def qwen3_reply_body(message: Message) -> str | None:
+    """What follows a reply's framing in ``qwen3_assistant``, which both renderings of a reply
+    without reasoning share when it starts with a non-space; None otherwise (then the empty
     ``<think>`` block's ``lstrip`` may change the content, or no cut is proven)."""
     content, reasoning = split_reasoning(message)
     if reasoning or not content or content[0].isspace():
         return None
-    framing = REPLY_OPEN + (NO_THINKING if after_query and last else "")
-    return Parts(framing, content + _qwen3_calls(message, content), TURN_CLOSE)
+    return content + _qwen3_calls(message, content)
+
+
+def qwen3_reply_frame(after_query: bool, last: bool) -> tuple[str, str]:
+    """``(framing, closing)`` around ``qwen3_reply_body`` under a reply's flags."""
+    return REPLY_OPEN + (NO_THINKING if after_query and last else ""), TURN_CLOSE
 
 
 def qwen3_flags(messages: Sequence[Message], index: int, pivot: int) -> Hashable:
@@ -156,7 +174,7 @@ def qwen3_flags(messages: Sequence[Message], index: int, pivot: int) -> Hashable
     message = messages[index]
     if message.role == "assistant":
         # Reasoning shows after the last query, last or not: one flag value, one cache entry.
-        last = index == len(messages) - 1 or bool(split_reasoning(message)[1])
+        last = index == len(messages) - 1 or _has_reasoning(message)
         return (index > pivot, last)
     if message.role == "tool":
         return _tool_neighbours(messages, index)
@@ -249,8 +267,10 @@ class QwenScheme:
         system, tools = self.head_text(request)
         return self.tokens(system), self.tokens(tools)
 
-    def pivot(self, messages: Sequence[Message]) -> int:
-        return last_query_index(messages) if self.template == "qwen3" else NO_PIVOT
+    def pivot(self, messages: Sequence[Message], start: int = 0, previous: int = NO_PIVOT) -> int:
+        if self.template != "qwen3":
+            return NO_PIVOT
+        return last_query_index(messages, start, previous)
 
     def flags(self, messages: Sequence[Message], index: int, pivot: int) -> Hashable:
         if self.template == "qwen3":
@@ -269,27 +289,36 @@ class QwenScheme:
             return tokens, False
         return tokens + sum(qwen_image_tokens(i) for i in images), True
 
-    def parts(self, message: Message, flags: Hashable) -> Parts | None:
-        assert isinstance(flags, tuple)
+    def body(self, message: Message) -> str | None:
         tokenizer = self.tokenizer
-        if message.role not in _CUT_ROLES or message.images:
-            return None
-        if tokenizer.name.startswith(HF_PREFIX):
+        if message.images or tokenizer.name.startswith(HF_PREFIX):
             return None  # a folder's tokenizer may normalise or match added tokens otherwise
-        if message.role == "tool":  # cut at two added tokens, where Qwen3's vocabulary has them
+        role = message.role
+        if role == "tool":  # cut at two added tokens, where Qwen3's vocabulary has them
             tags = tokenizer.is_cut_token(TOOL_OPEN) and tokenizer.is_cut_token(TOOL_CLOSE)
-            return _tool_parts(message, *flags) if tags else None
-        # A reply's cut "...\n" | body, the body starting with a non-space, is exact for Qwen's
+            return _tool_body(message) if tags else None
+        # A turn's cut "...\n" | body, the body starting with a non-space, is exact for Qwen's
         # own tokenizers: no added token holds a "\n", so added tokens split out alike; NFC
         # composes nothing with "\n"; in QWEN_PATTERN / QWEN36_PATTERN only whitespace follows a
         # "\n" inside a pre-token, so none spans the cut, and no alternative looks behind, so the
         # body pre-tokenises as if alone; the framing does too: the one alternative that could
         # end otherwise at its end, "\s+(?!\S)", comes after "\s*[\r\n]+", which takes the
         # trailing whitespace up to the "\n" either way. BPE never merges across pre-tokens.
-        # tests/counting/test_newline_cut.py checks it.
-        if self.template != "qwen3" or tokenizer.pattern not in _NL_CUT:
+        # The closing starts with an added token. tests/counting/test_newline_cut.py checks it.
+        if tokenizer.pattern not in _NL_CUT:
             return None
-        return qwen3_assistant_parts(message, *flags)
+        if role == "assistant":
+            return qwen3_reply_body(message) if self.template == "qwen3" else None
+        text = message_text(message)
+        return text if text and not text[0].isspace() else None
+
+    def frame(self, role: str, flags: Hashable) -> tuple[str, str]:
+        assert isinstance(flags, tuple)
+        if role == "assistant":
+            return qwen3_reply_frame(*flags)
+        if role == "tool":
+            return _tool_frame(*flags)
+        return f"<|im_start|>{role}\n", TURN_CLOSE
 
     def generation_text(self) -> str:
         if self.template == "qwen3":

@@ -8,7 +8,6 @@ generation prompt. Parts are cut where no token can cross, so their counts add u
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from ctxbudget.messages.model import Message, Request
@@ -35,8 +34,12 @@ class Scheme(Protocol):
         """Tokens of the system part and of the tools part, each with its framing."""
         ...
 
-    def pivot(self, messages: Sequence[Message]) -> int:
-        """An index every message's rendering may depend on (Qwen3: the last user query)."""
+    def pivot(self, messages: Sequence[Message], start: int = 0, previous: int = NO_PIVOT) -> int:
+        """An index every message's rendering may depend on (Qwen3: the last user query).
+
+        ``previous`` is the pivot of ``messages[:start]``, so an append looks at the new
+        messages only; ``start=0`` knows nothing.
+        """
         ...
 
     def flags(self, messages: Sequence[Message], index: int, pivot: int) -> Hashable:
@@ -56,26 +59,22 @@ class Scheme(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class Parts:
-    """One rendered message as ``framing + body + closing``, cut where no token crosses (their
-    counts add up to the message's). ``body`` depends on the message alone, never on its flags;
-    ``framing`` and ``closing`` are a few fixed texts. So a counter may keep the body's count
-    per message and the others' by text: a flag change costs no tokenising."""
-
-    framing: str
-    body: str
-    closing: str
-
-
 @runtime_checkable
 class SplitScheme(Scheme, Protocol):
-    """A scheme that can cut some messages into ``Parts`` (Qwen: a reply losing its empty
-    ``<think>`` block keeps its body)."""
+    """A scheme that can cut some messages as ``framing + body + closing`` where no token
+    crosses, so their counts add up to the message's. The body depends on the message alone
+    (a reply's content, a tool result's text); the two frame texts on its role and flags
+    alone. A counter keeps the body's count per message and the frames' per (role, flags): a
+    flag change costs a look-up, a new message tokenises its body only."""
 
-    def parts(self, message: Message, flags: Hashable) -> Parts | None:
-        """``message`` rendered under ``flags`` and cut into parts; None where no exact cut is
-        known (the counter then counts ``message(...)`` whole)."""
+    def body(self, message: Message) -> str | None:
+        """The body of ``message`` under every flag value; None where no exact cut is known
+        (the counter then counts ``message(...)`` whole, per flag value)."""
+        ...
+
+    def frame(self, role: str, flags: Hashable) -> tuple[str, str]:
+        """``(framing, closing)`` around the body of a ``role`` message rendered under
+        ``flags``."""
         ...
 
     def tokens(self, text: str) -> int:

@@ -249,6 +249,14 @@ def _tiktoken_encoding(
     return tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=special)
 
 
+def _encode_all_special(enc: Any) -> Callable[[str], list[int]]:
+    """``enc.encode(text, allowed_special="all")`` without the two sets tiktoken builds for
+    ``"all"`` on every call (a few microseconds of a 100-token count)."""
+    return functools.partial(
+        enc.encode, allowed_special=frozenset(enc.special_tokens_set), disallowed_special=()
+    )
+
+
 def _read_ranks(lines: Iterable[bytes]) -> dict[bytes, int]:
     ranks: dict[bytes, int] = {}
     for line in lines:
@@ -272,7 +280,7 @@ def _build_openai(name: str, pattern: str, special: dict[str, int]) -> ExactToke
     return ExactTokenizer(
         name,
         enc.encode_ordinary,
-        functools.partial(enc.encode, allowed_special="all"),
+        _encode_all_special(enc),
         vocab_size=enc.n_vocab,
         special_in_text=False,
         boundary=token_boundary(special),
@@ -288,7 +296,7 @@ def _build_qwen(name: str, filename: str, pattern: str, special: dict[str, int])
     return ExactTokenizer(
         name,
         enc.encode_ordinary,
-        functools.partial(enc.encode, allowed_special="all"),
+        _encode_all_special(enc),
         vocab_size=enc.n_vocab,
         special_in_text=True,
         normalize_nfc=True,  # Qwen's tokenizer.json normalizer is NFC
