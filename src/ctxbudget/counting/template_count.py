@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from ctxbudget.counting.hf import (
@@ -50,6 +51,8 @@ class PieceCache:
     loops: dict[str, LoopMemo] = field(default_factory=dict)
     messages: tuple[Message, ...] = ()
     dicts: list[dict[str, Any]] = field(default_factory=list)
+    listed: list[dict[str, Any]] = field(default_factory=list)
+    """The last ``template_messages``: the system dict (when there is one), then ``dicts``."""
     chars: list[int] = field(default_factory=list)
     """Running total of the messages' text, for the sandbox's input-proportional limits."""
     system: dict[str, Any] | None = None
@@ -59,9 +62,12 @@ class PieceCache:
     """``repr(tools)``, kept as ``tools`` changes: the tools' share is cached by it."""
 
     def template_messages(self, request: Request) -> list[dict[str, Any]]:
-        """``template_input.template_messages``, reusing the dicts of unchanged messages."""
+        """``template_input.template_messages``, reusing the dicts of unchanged messages. The
+        list is the same one each step, changed in place (a copy would touch every message):
+        whoever keeps its items across steps copies them."""
         new = request.messages
         common = common_prefix(self.messages, new)
+        listed, head = self.listed, len(self.listed) - len(self.dicts)  # 1: a system dict
         del self.dicts[common:], self.chars[common:]
         total = self.chars[-1] if self.chars else 0
         for message in new[common:]:
@@ -69,11 +75,15 @@ class PieceCache:
             total += _message_chars(message)
             self.chars.append(total)
         self.messages = new
-        if not request.system:
-            return list(self.dicts)
-        if self.system is None or self.system["content"] != request.system:
-            self.system = {"role": "system", "content": request.system}
-        return [self.system, *self.dicts]  # the same system dict each step (template_frame)
+        system = self.system
+        if request.system and (system is None or system["content"] != request.system):
+            system = self.system = {"role": "system", "content": request.system}
+        if head != (1 if request.system else 0) or (head and listed[0] is not system):
+            listed[:] = [system, *self.dicts] if request.system else self.dicts
+        else:  # the same system dict each step (template_frame)
+            del listed[head + common :]
+            listed += self.dicts[common:]
+        return listed
 
     def template_tools(self, request: Request) -> list[dict[str, Any]] | None:
         if self.tool_specs is not request.tools and self.tool_specs != request.tools:
@@ -184,8 +194,11 @@ class TemplateScheme:
     ) -> RequestCount | None:
         """The count with the message loop memoised; None when the loop's parts cannot be
         counted apart (a part that meets its neighbour without an added token between)."""
-        memo = cache.loops.setdefault(source, LoopMemo())
-        run = memo.callback(plan, lambda text: self._measure(text, cache))
+        memo = cache.loops.get(source)
+        if memo is None:
+            memo = cache.loops[source] = LoopMemo()
+            memo.run = memo.callback(plan, lambda text: self._measure(text, cache))
+        run = memo.run
         frame = memo.frame
         if frame is not None and frame.reusable(messages, tools, strftime_now):
             # The head and tail would render as last time: run the loop alone.
@@ -210,9 +223,8 @@ class TemplateScheme:
         lead_tokens = sum(memo.counts[:lead])
         head_tokens = frame.before_tokens + lead_tokens
         message_tokens = memo.total - lead_tokens
-        parts = [0] * max(0, offset - h) + memo.counts[lead:]
+        parts = _per_message(memo.counts, lead, max(0, offset - h), frame.after_tokens)
         if parts:
-            parts[-1] += frame.after_tokens
             message_tokens += frame.after_tokens
         else:
             head_tokens += frame.after_tokens
@@ -225,7 +237,7 @@ class TemplateScheme:
         tools: Any,
         cache: PieceCache,
         head_tokens: int,
-        parts: list[int],
+        parts: Sequence[int],
         message_tokens: int,
     ) -> RequestCount:
         """The count from the head's tokens (system prompt, tools, their framing) and each
@@ -354,6 +366,21 @@ class TemplateScheme:
                 share = self._tokens(with_tools, cache) - self._tokens(without, cache)
             cache.shares[key] = share
         return min(max(share, 0), head_tokens)
+
+
+def _per_message(counts: list[int], lead: int, zeros: int, after: int) -> tuple[int, ...]:
+    """Each message's tokens from the loop texts' ``counts`` past the first ``lead`` (the
+    system prompt's), after ``zeros`` messages that have no loop text (the head renders them);
+    the last message also owns the tail's ``after`` tokens. One copy of ``counts``: a step at
+    thousands of messages pays for each."""
+    if len(counts) <= lead:
+        return (0,) * (zeros - 1) + (after,) if zeros else ()
+    counts[-1] += after
+    try:
+        mine = tuple(counts) if not lead else tuple(itertools.islice(counts, lead, None))
+    finally:
+        counts[-1] -= after
+    return (0,) * zeros + mine if zeros else mine
 
 
 def _piece_starts(pieces: list[str]) -> list[int]:
