@@ -220,7 +220,7 @@ class TemplateScheme:
             return None
         h = 1 if request.system else 0
         lead = max(0, h - offset)  # the system prompt's own loop text (0 or 1 of them)
-        lead_tokens = sum(memo.counts[:lead])
+        lead_tokens = memo.counts[0] if lead else 0
         head_tokens = frame.before_tokens + lead_tokens
         message_tokens = memo.total - lead_tokens
         parts = _per_message(memo.counts, lead, max(0, offset - h), frame.after_tokens)

@@ -312,6 +312,8 @@ class LoopMemo:
     def ends(self) -> tuple[int, int] | None:
         """The first and last non-empty texts; None when every text is empty."""
         texts = self.texts
+        if texts and texts[0] and texts[-1]:
+            return 0, len(texts) - 1
         first = next((i for i, text in enumerate(texts) if text), None)
         if first is None:
             return None
