@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ctxbudget.counting.hf import (
@@ -26,7 +26,7 @@ from ctxbudget.counting.hf import (
 from ctxbudget.counting.result import RequestCount
 from ctxbudget.counting.sandbox import Limits, run_bounded
 from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allowed, unobserved
-from ctxbudget.counting.template_input import message_dict, message_text, template_tools
+from ctxbudget.counting.template_input import message_dict, template_tools
 from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
 from ctxbudget.errors import InputError
 from ctxbudget.messages.model import Message, Request, common_prefix
@@ -36,8 +36,11 @@ _PLACEHOLDER = "\ue000ctxbudget-cut\ue000"  # private-use characters: never in a
 MAX_CACHED_PIECES = 200_000
 
 
-def _message_chars(message: Message) -> int:
-    return len(message_text(message)) + sum(len(c.arguments) for c in message.tool_calls)
+def _message_chars(message: Message, text: str) -> int:
+    """Characters of ``message``'s ``text`` and tool-call arguments."""
+    if not message.tool_calls:
+        return len(text)
+    return len(text) + sum(len(c.arguments) for c in message.tool_calls)
 
 
 @dataclass(slots=True)
@@ -71,15 +74,17 @@ class PieceCache:
         del self.dicts[common:], self.chars[common:]
         total = self.chars[-1] if self.chars else 0
         for message in new[common:]:
-            self.dicts.append(message_dict(message))
-            total += _message_chars(message)
+            made = message_dict(message)
+            self.dicts.append(made)
+            total += _message_chars(message, made["content"])
             self.chars.append(total)
         self.messages = new
         system = self.system
         if request.system and (system is None or system["content"] != request.system):
             system = self.system = {"role": "system", "content": request.system}
-        if head != (1 if request.system else 0) or (head and listed[0] is not system):
-            listed[:] = [system, *self.dicts] if request.system else self.dicts
+        heads = [system] if request.system and system is not None else []
+        if head != len(heads) or (heads and listed[0] is not system):
+            listed[:] = [*heads, *self.dicts]
         else:  # the same system dict each step (template_frame)
             del listed[head + common :]
             listed += self.dicts[common:]
@@ -138,7 +143,7 @@ class TemplateScheme:
         )
 
     def _tokens(self, text: str, cache: PieceCache) -> int:
-        return sum(self._counts(self.tokenizer.pieces(text), cache))
+        return self._total(self.tokenizer.pieces(text), cache)
 
     def _measure(self, text: str, cache: PieceCache) -> tuple[int, tuple[bool, bool]]:
         """Tokens of ``text``, and whether its first / last piece is an added token cut at
@@ -147,15 +152,21 @@ class TemplateScheme:
         if not pieces:
             return 0, (False, False)
         is_cut = self.tokenizer.is_cut_token
-        return sum(self._counts(pieces, cache)), (is_cut(pieces[0]), is_cut(pieces[-1]))
+        return self._total(pieces, cache), (is_cut(pieces[0]), is_cut(pieces[-1]))
 
     def _counts(self, pieces: list[str], cache: PieceCache) -> list[int]:
         """Each piece's count: from the cache, the new ones tokenised in one batch."""
+        self._total(pieces, cache)
+        return list(map(cache.counts.__getitem__, pieces))
+
+    def _total(self, pieces: list[str], cache: PieceCache) -> int:
+        """The pieces' tokens, the new ones tokenised in one batch and kept in the cache."""
         counts = cache.counts
-        new = list({p: None for p in pieces if p not in counts})
+        new = [p for p in pieces if p not in counts]
         if new:
+            new = list(dict.fromkeys(new))
             counts.update(zip(new, self.tokenizer.count_special_many(new), strict=True))
-        return [counts[p] for p in pieces]
+        return sum(map(counts.__getitem__, pieces))
 
     def count(self, request: Request, cache: PieceCache | None = None) -> RequestCount:
         """The exact total with a per-part breakdown that adds up to it."""
@@ -163,13 +174,13 @@ class TemplateScheme:
         messages = cache.template_messages(request)
         tools = cache.template_tools(request)
         source = self.source(tools)
-        head = messages[:1] if request.system else []
         limits = Limits(input_chars=cache.input_chars(request))
         plan = plan_loop(source) if self.memoise_loop else None
         if plan is not None:
             counted = self._count_by_loop(plan, source, request, messages, tools, cache, limits)
             if counted is not None:
                 return counted
+        head = messages[:1] if request.system else []
         full = self.render(messages, tools, source=source, limits=limits)
         pieces = self.tokenizer.pieces(full)
         counts = self._counts(pieces, cache)
@@ -202,10 +213,8 @@ class TemplateScheme:
         frame = memo.frame
         if frame is not None and frame.reusable(messages, tools, strftime_now):
             # The head and tail would render as last time: run the loop alone.
-            loop_input = frame.loop_input(messages)
-            run_template_code(
-                lambda: run_bounded(lambda: run(loop_input, frame.body, list(frame.outer)), limits)
-            )
+            loop_input, body, outer = frame.loop_input(messages), frame.body, list(frame.outer)
+            run_template_code(lambda: run_bounded(lambda: run(loop_input, body, outer), limits))
         else:
             frame = self._render_frame(plan, source, messages, tools, cache, limits, run)
             if frame is None:

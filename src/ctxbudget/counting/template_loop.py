@@ -269,8 +269,10 @@ class LoopMemo:
             early = range(min(plan.before, start))  # messages[-1] of the first ones wraps
             changed = [*early, *range(start, n)]
             texts, counts, edges = self.texts, self.counts, self.edges
+            looks = bool(plan.loop_attrs)  # a body that never reads ``loop`` needs none
             for i in changed:
-                text = str(body(messages[i], FakeLoop(i, n, messages), messages, *outer))
+                loop = FakeLoop(i, n, messages) if looks else None
+                text = str(body(messages[i], loop, messages, *outer))
                 tokens, edge = measure(text)
                 if i < len(texts):
                     self.total += tokens - counts[i]
