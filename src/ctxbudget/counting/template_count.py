@@ -90,6 +90,14 @@ class PieceCache:
             listed += self.dicts[common:]
         return listed
 
+    def suffix(self, start: int) -> list[dict[str, Any]]:
+        """``listed[start:]``: ``listed`` or ``dicts`` themselves where it is one of them."""
+        if start == 0:
+            return self.listed
+        if start == len(self.listed) - len(self.dicts):
+            return self.dicts
+        return self.listed[start:]
+
     def template_tools(self, request: Request) -> list[dict[str, Any]] | None:
         if self.tool_specs is not request.tools and self.tool_specs != request.tools:
             self.tool_specs, self.tools = request.tools, template_tools(request)
@@ -213,8 +221,11 @@ class TemplateScheme:
         frame = memo.frame
         if frame is not None and frame.reusable(messages, tools, strftime_now):
             # The head and tail would render as last time: run the loop alone.
-            loop_input, body, outer = frame.loop_input(messages), frame.body, list(frame.outer)
-            run_template_code(lambda: run_bounded(lambda: run(loop_input, body, outer), limits))
+            loop_input = frame.loop_input(messages, cache.suffix)
+            body, outer = frame.body, list(frame.outer)
+            run_template_code(
+                lambda: run_bounded(lambda: run(loop_input, body, outer, kept=True), limits)
+            )
         else:
             frame = self._render_frame(plan, source, messages, tools, cache, limits, run)
             if frame is None:
@@ -222,7 +233,7 @@ class TemplateScheme:
         items = memo.items
         offset = len(messages) - len(items)
         suffix = not items or (
-            offset >= 0 and items[0] is messages[offset] and items[-1] is messages[-1]
+            offset >= 0 and _same(items[0], messages[offset]) and _same(items[-1], messages[-1])
         )
         if not suffix or not self._apart(frame, memo):
             memo.frame = None
@@ -375,6 +386,11 @@ class TemplateScheme:
                 share = self._tokens(with_tools, cache) - self._tokens(without, cache)
             cache.shares[key] = share
         return min(max(share, 0), head_tokens)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same message dict, or an equal one (it renders the same)."""
+    return a is b or bool(a == b)
 
 
 def _per_message(counts: list[int], lead: int, zeros: int, after: int) -> tuple[int, ...]:

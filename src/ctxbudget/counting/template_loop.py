@@ -237,6 +237,8 @@ class LoopMemo:
     """The texts and counts of the last render's loop, by position, and what they came from."""
 
     items: list[Any] = field(default_factory=list)
+    """The items of the last render's loop (equal to them, the same objects but where a
+    ``kept`` render found them equal)."""
     outer: list[Any] | None = None
     texts: list[str] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
@@ -255,11 +257,13 @@ class LoopMemo:
         self,
         plan: LoopPlan,
         measure: Callable[[str], tuple[int, tuple[bool, bool]]],
-    ) -> Callable[[list[Any], Any, list[Any]], str]:
+    ) -> Callable[..., str]:
         """The ``ctxbudget_loop`` function the rewritten template calls; ``measure`` gives a
-        text's token count and whether it starts / ends with an added token cut at."""
+        text's token count and whether it starts / ends with an added token cut at. A caller
+        that keeps ``messages`` and changes it later says ``kept=True``: the memo then copies
+        what changed into its own list instead of keeping ``messages``."""
 
-        def run(messages: list[Any], body: Any, outer: list[Any]) -> str:
+        def run(messages: list[Any], body: Any, outer: list[Any], kept: bool = False) -> str:
             start = self._first_stale(plan, messages, outer)
             self.outer = None  # until this render ends: a template that fails midway (its
             n = len(messages)  # raise_exception) leaves texts the next render must redo
@@ -283,7 +287,12 @@ class LoopMemo:
                     counts.append(tokens)
                     edges.append(edge)
             self._reseam(changed, n)
-            self.items, self.outer = messages, list(outer)  # a fresh list from each caller
+            if kept:  # the first ``start`` items equal the last ones (``_first_stale``)
+                del self.items[n:]
+                self.items[start:] = messages[start:n]
+            else:  # a fresh list from the template's call
+                self.items = messages
+            self.outer = list(outer)
             return LOOP_MARKER
 
         return run
