@@ -70,6 +70,28 @@ def test_ordinary_templates_are_unaffected() -> None:
     assert out.startswith("<|user|>hihi1024    a   b{\n")
 
 
+def test_dict_attributes_read_as_in_jinjas_own_sandbox() -> None:
+    """``m.role`` skips Jinja's failed attribute lookup; a key named like a dict method, a
+    method, a missing key and a subclass read as Jinja's own immutable sandbox reads them."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Tagged(dict[str, object]):
+        tag = "class attribute"
+
+    template = (
+        "{% for m in messages %}{{ m.role }}|{{ m.items is callable }}|{{ m.get('role') }}|"
+        "{{ m.keys | string | length > 0 }}|{{ m.missing is defined }}|{{ m.tag }};{% endfor %}"
+    )
+    messages = [
+        {"role": "user", "items": "a key", "keys": "another"},
+        Tagged(role="tool", tag="a key"),
+        {"role": "assistant", "copy": "a key"},
+    ]
+    theirs = ImmutableSandboxedEnvironment().from_string(template).render(messages=messages)
+    assert render_template(template, messages, limits=FAST) == theirs
+    assert theirs.startswith("user|True|user|True|False|;tool|True|tool|True|False|class")
+
+
 def test_deadline_is_the_render_deadline() -> None:
     slow = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
     start = time.monotonic()

@@ -180,6 +180,8 @@ def test_observed_records_reads_by_path() -> None:
     assert not frame.reusable([a, b, c, {"role": "user"}], None, str)  # messages[1:] longer
     assert not frame.reusable([a, b, c], [], str)  # other tools
     assert frame.loop_input([a, b, c, b]) == [b, c, b]  # messages[1:] of the new list
+    kept = [b, c, b]  # a list the caller keeps, equal to messages[1:]: given, not copied
+    assert frame.loop_input([a, *kept], lambda k: kept if k == 1 else []) is kept
 
 
 @pytest.mark.parametrize(

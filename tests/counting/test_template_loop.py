@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from ctxbudget.counting import RequestCounter, count_request
 from ctxbudget.counting.hf import load_folder_template
-from ctxbudget.counting.template_loop import plan_loop
+from ctxbudget.counting.template_loop import _starts_with, plan_loop
+from ctxbudget.messages.model import Message, Request
+from ctxbudget.tokens.registry import get_tokenizer
 
 LOCAL = (
     "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% if loop.last %}.{% endif %}"
@@ -46,3 +49,51 @@ def test_loops_that_carry_state_or_look_far_are_rendered_whole(template: str) ->
 def test_a_local_loop_is_planned_with_its_dependencies() -> None:
     plan = plan_loop(LOCAL)
     assert plan is not None and plan.loop_attrs == {"last"} and plan.outer == ()
+
+
+def test_a_step_renders_and_tokenises_only_the_new_message(
+    hf_folder: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Llama 3: a step after an edit of the last message, then after a pure append, encodes
+    just the changed message's new text; each count equals a fresh one."""
+    counter = f"hf:{hf_folder('llama3-cl100k')}"
+    tokenizer = get_tokenizer(counter)
+    encoded: list[str] = []
+    real = tokenizer.count_special_many
+
+    def recording(texts: list[str]) -> list[int]:
+        encoded.extend(texts)
+        return real(texts)
+
+    monkeypatch.setattr(tokenizer, "count_special_many", recording)
+    turns = tuple(
+        Message(role="user" if i % 2 == 0 else "assistant", content=f"turn {i} of the talk")
+        for i in range(6)
+    )
+    stepped = RequestCounter(counter)
+    stepped.count(Request(system="Be brief.", messages=turns))
+    for new in (
+        (*turns[:-1], Message(role="assistant", content="an edited last turn")),
+        (*turns, Message(role="user", content="a new question")),
+        (
+            *turns,
+            Message(role="user", content="a new question"),
+            Message(role="assistant", content="a reply"),
+        ),
+    ):
+        encoded.clear()
+        request = Request(system="Be brief.", messages=new)
+        got = stepped.count(request)
+        assert [text.strip() for text in encoded] == [new[-1].text]
+        assert got == count_request(request, counter)
+
+
+def test_a_loop_prefix_is_compared_without_copying_and_the_list_given_back() -> None:
+    a, b, c = {"role": "user"}, {"role": "assistant"}, {"role": "user"}
+    grown = [a, b, c]
+    assert _starts_with(grown, [a, b], 2) and grown == [a, b, c]
+    assert _starts_with(grown, [a, dict(b)], 2)  # equal by value counts as the same
+    assert not _starts_with(grown, [a, c], 2) and grown == [a, b, c]
+    assert _starts_with(grown, [a, b, c, a], 3)  # a shorter new list: compared as slices
+    assert not _starts_with(grown, ["x", "y"], 2)
+    assert not _starts_with((a, b, c), [a, b], 2)  # a tuple: as slices, never equal to a list

@@ -151,14 +151,14 @@ def render_template(
 def run_template_code(call: Callable[[], _T]) -> _T:
     """``call()`` (a template's render, or a macro of one, bounded by the sandbox); any failure
     of the template's code is an InputError of one line."""
-    from jinja2 import TemplateError
-
     try:
         return call()
-    except TemplateError as exc:  # SecurityError, UndefinedError and raise_exception included
-        what = "refused by the sandbox" if type(exc).__name__ == "SecurityError" else "failed"
-        raise InputError(f"chat template {what}: {_first_line(exc)}") from exc
-    except (Exception, RecursionError) as exc:  # the template is untrusted code: any failure
+    except Exception as exc:  # the template is untrusted code: any failure (RecursionError too)
+        from jinja2 import TemplateError  # here: an import costs a step more than its render
+
+        if isinstance(exc, TemplateError):  # SecurityError, UndefinedError, raise_exception
+            what = "refused by the sandbox" if type(exc).__name__ == "SecurityError" else "failed"
+            raise InputError(f"chat template {what}: {_first_line(exc)}") from exc
         raise InputError(f"chat template failed: {type(exc).__name__}: {_first_line(exc)}") from exc
 
 
@@ -173,6 +173,8 @@ class FolderTemplate:
     def source(self, *, tools: bool, name: str | None = None) -> str:
         """The template transformers 4.57 picks (``get_chat_template``): the one asked for,
         else ``tool_use`` when tools are passed, else ``default``."""
+        if len(self.templates) == 1 and not self.templates[0][0]:
+            return self.templates[0][1]  # one unnamed template (asked at every count)
         named = dict(self.templates)
         if "" in named:
             return named[""]

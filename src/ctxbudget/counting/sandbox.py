@@ -65,11 +65,20 @@ class Limits:
 
 
 _current = threading.local()
+_DEFAULT = Limits()
+_DEFAULT_MAX_VALUE = _DEFAULT.max_value
 
 
 def _limits() -> Limits:
     limits: Limits | None = getattr(_current, "limits", None)
-    return limits if limits is not None else Limits()
+    return limits if limits is not None else _DEFAULT
+
+
+def _max_value() -> int:
+    """``_limits().max_value``, kept as a number while a render runs: every string operator
+    asks for it."""
+    value: int = getattr(_current, "max_value", _DEFAULT_MAX_VALUE)
+    return value
 
 
 def _refuse(what: str) -> SecurityError:
@@ -78,7 +87,7 @@ def _refuse(what: str) -> SecurityError:
 
 def _check_size(value: Any) -> Any:
     if isinstance(value, str | bytes):
-        limit = _limits().max_value
+        limit = _max_value()
     elif isinstance(value, Sized) and not isinstance(value, dict):
         limit = MAX_ITEMS + _limits().input_chars  # each item is an object: far heavier
     else:
@@ -156,10 +165,15 @@ def _check_join(separator: Any, items: Any) -> None:
 
 
 _CONTEXTS = (Context, EvalContext, Environment)
+_DICT_ATTRIBUTES = frozenset(dir(dict))
 
 
 def _bounded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
+    checked = name in ("indent", "replace", "join", "format")
+
     def bounded(*args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and not kwargs and not checked:  # the value alone (trim, length)
+            return _check_size(func(*args))
         values = [a for a in args if not isinstance(a, _CONTEXTS)]
         for arg in (*values[1:], *kwargs.values()):  # the value itself may be any number
             _check_int(arg)
@@ -196,8 +210,12 @@ def bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100)
 
 def _bounded_join(join: Callable[[Any], str]) -> Callable[[Any], str]:
     def bounded(pieces: Any) -> str:
-        pieces = list(pieces)
-        if sum(len(p) for p in pieces if isinstance(p, str)) > _limits().max_value:
+        pieces = pieces if type(pieces) is list else list(pieces)
+        try:
+            size = sum(map(len, pieces))  # a sized piece that is no text fails the join anyway
+        except TypeError:
+            size = sum(len(p) for p in pieces if isinstance(p, str))
+        if size > _max_value():
             raise _refuse("a joined string")
         return join(pieces)
 
@@ -227,13 +245,24 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         self.concat = _bounded_join("".join)  # type: ignore[method-assign]
         self.globals["lipsum"] = bounded_lipsum
 
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        """Jinja's ``getattr`` (an attribute, else the item), without its failed attribute
+        lookup for a message dict's key (``message.role``): a plain dict has no attributes
+        but those of its type."""
+        if type(obj) is dict and type(attribute) is str and attribute not in _DICT_ATTRIBUTES:
+            try:
+                return obj[attribute]
+            except KeyError:
+                return self.undefined(obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
+
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         """Refuse an unsafe attribute with an error instead of rendering it as empty."""
         raise SecurityError(f"access to attribute {attribute!r} is not allowed")
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
         if operator == "+" and type(left) is str and type(right) is str:  # most of them
-            if len(left) + len(right) > _limits().max_value:
+            if len(left) + len(right) > _max_value():
                 raise _refuse("a concatenation")
             return left + right
         _check_binop(operator, left, right)
@@ -289,7 +318,7 @@ class _Watchdog:
     def enter(self, seconds: float) -> int:
         """Watch this thread for ``seconds``; returns the ident to give :meth:`leave`."""
         ident = threading.get_ident()
-        with self._wake:
+        with self._lock:  # the condition's own lock, taken without its Python-level wrapper
             due = self._due[ident] = time.monotonic() + seconds
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ctxbudget-jinja-watchdog")
@@ -304,7 +333,7 @@ class _Watchdog:
         fired = False
         while True:
             try:
-                with self._wake:
+                with self._lock:
                     self._due.pop(ident, None)
                     fired = fired or ident in self._fired
                     self._fired.discard(ident)
@@ -352,7 +381,7 @@ _WATCHDOG = _Watchdog()
 def run_bounded(call: Callable[[], _T], limits: Limits) -> _T:
     """Run template code (a render, or a macro of one) within ``limits``; over a limit raises
     ``TemplateError``."""
-    _current.limits = limits
+    _current.limits, _current.max_value = limits, limits.max_value
     try:
         ident = _WATCHDOG.enter(limits.seconds)
         try:
@@ -362,7 +391,7 @@ def run_bounded(call: Callable[[], _T], limits: Limits) -> _T:
     except RenderTimeout:
         raise TemplateError(f"the template ran past its {limits.seconds:g} s deadline") from None
     finally:
-        _current.limits = None
+        _current.limits, _current.max_value = None, _DEFAULT_MAX_VALUE
 
 
 def render_bounded(template: Any, variables: dict[str, Any], limits: Limits) -> str:

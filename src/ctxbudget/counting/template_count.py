@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +26,7 @@ from ctxbudget.counting.hf import (
 from ctxbudget.counting.result import RequestCount
 from ctxbudget.counting.sandbox import Limits, run_bounded
 from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allowed, unobserved
-from ctxbudget.counting.template_input import message_dict, message_text, template_tools
+from ctxbudget.counting.template_input import message_dict, template_tools
 from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
 from ctxbudget.errors import InputError
 from ctxbudget.messages.model import Message, Request, common_prefix
@@ -35,8 +36,11 @@ _PLACEHOLDER = "\ue000ctxbudget-cut\ue000"  # private-use characters: never in a
 MAX_CACHED_PIECES = 200_000
 
 
-def _message_chars(message: Message) -> int:
-    return len(message_text(message)) + sum(len(c.arguments) for c in message.tool_calls)
+def _message_chars(message: Message, text: str) -> int:
+    """Characters of ``message``'s ``text`` and tool-call arguments."""
+    if not message.tool_calls:
+        return len(text)
+    return len(text) + sum(len(c.arguments) for c in message.tool_calls)
 
 
 @dataclass(slots=True)
@@ -50,6 +54,8 @@ class PieceCache:
     loops: dict[str, LoopMemo] = field(default_factory=dict)
     messages: tuple[Message, ...] = ()
     dicts: list[dict[str, Any]] = field(default_factory=list)
+    listed: list[dict[str, Any]] = field(default_factory=list)
+    """The last ``template_messages``: the system dict (when there is one), then ``dicts``."""
     chars: list[int] = field(default_factory=list)
     """Running total of the messages' text, for the sandbox's input-proportional limits."""
     system: dict[str, Any] | None = None
@@ -59,21 +65,38 @@ class PieceCache:
     """``repr(tools)``, kept as ``tools`` changes: the tools' share is cached by it."""
 
     def template_messages(self, request: Request) -> list[dict[str, Any]]:
-        """``template_input.template_messages``, reusing the dicts of unchanged messages."""
+        """``template_input.template_messages``, reusing the dicts of unchanged messages. The
+        list is the same one each step, changed in place (a copy would touch every message):
+        whoever keeps its items across steps copies them."""
         new = request.messages
         common = common_prefix(self.messages, new)
+        listed, head = self.listed, len(self.listed) - len(self.dicts)  # 1: a system dict
         del self.dicts[common:], self.chars[common:]
         total = self.chars[-1] if self.chars else 0
         for message in new[common:]:
-            self.dicts.append(message_dict(message))
-            total += _message_chars(message)
+            made = message_dict(message)
+            self.dicts.append(made)
+            total += _message_chars(message, made["content"])
             self.chars.append(total)
         self.messages = new
-        if not request.system:
-            return list(self.dicts)
-        if self.system is None or self.system["content"] != request.system:
-            self.system = {"role": "system", "content": request.system}
-        return [self.system, *self.dicts]  # the same system dict each step (template_frame)
+        system = self.system
+        if request.system and (system is None or system["content"] != request.system):
+            system = self.system = {"role": "system", "content": request.system}
+        heads = [system] if request.system and system is not None else []
+        if head != len(heads) or (heads and listed[0] is not system):
+            listed[:] = [*heads, *self.dicts]
+        else:  # the same system dict each step (template_frame)
+            del listed[head + common :]
+            listed += self.dicts[common:]
+        return listed
+
+    def suffix(self, start: int) -> list[dict[str, Any]]:
+        """``listed[start:]``: ``listed`` or ``dicts`` themselves where it is one of them."""
+        if start == 0:
+            return self.listed
+        if start == len(self.listed) - len(self.dicts):
+            return self.dicts
+        return self.listed[start:]
 
     def template_tools(self, request: Request) -> list[dict[str, Any]] | None:
         if self.tool_specs is not request.tools and self.tool_specs != request.tools:
@@ -128,7 +151,7 @@ class TemplateScheme:
         )
 
     def _tokens(self, text: str, cache: PieceCache) -> int:
-        return sum(self._counts(self.tokenizer.pieces(text), cache))
+        return self._total(self.tokenizer.pieces(text), cache)
 
     def _measure(self, text: str, cache: PieceCache) -> tuple[int, tuple[bool, bool]]:
         """Tokens of ``text``, and whether its first / last piece is an added token cut at
@@ -137,15 +160,21 @@ class TemplateScheme:
         if not pieces:
             return 0, (False, False)
         is_cut = self.tokenizer.is_cut_token
-        return sum(self._counts(pieces, cache)), (is_cut(pieces[0]), is_cut(pieces[-1]))
+        return self._total(pieces, cache), (is_cut(pieces[0]), is_cut(pieces[-1]))
 
     def _counts(self, pieces: list[str], cache: PieceCache) -> list[int]:
         """Each piece's count: from the cache, the new ones tokenised in one batch."""
+        self._total(pieces, cache)
+        return list(map(cache.counts.__getitem__, pieces))
+
+    def _total(self, pieces: list[str], cache: PieceCache) -> int:
+        """The pieces' tokens, the new ones tokenised in one batch and kept in the cache."""
         counts = cache.counts
-        new = list({p: None for p in pieces if p not in counts})
+        new = [p for p in pieces if p not in counts]
         if new:
+            new = list(dict.fromkeys(new))
             counts.update(zip(new, self.tokenizer.count_special_many(new), strict=True))
-        return [counts[p] for p in pieces]
+        return sum(map(counts.__getitem__, pieces))
 
     def count(self, request: Request, cache: PieceCache | None = None) -> RequestCount:
         """The exact total with a per-part breakdown that adds up to it."""
@@ -153,13 +182,13 @@ class TemplateScheme:
         messages = cache.template_messages(request)
         tools = cache.template_tools(request)
         source = self.source(tools)
-        head = messages[:1] if request.system else []
         limits = Limits(input_chars=cache.input_chars(request))
         plan = plan_loop(source) if self.memoise_loop else None
         if plan is not None:
             counted = self._count_by_loop(plan, source, request, messages, tools, cache, limits)
             if counted is not None:
                 return counted
+        head = messages[:1] if request.system else []
         full = self.render(messages, tools, source=source, limits=limits)
         pieces = self.tokenizer.pieces(full)
         counts = self._counts(pieces, cache)
@@ -184,14 +213,18 @@ class TemplateScheme:
     ) -> RequestCount | None:
         """The count with the message loop memoised; None when the loop's parts cannot be
         counted apart (a part that meets its neighbour without an added token between)."""
-        memo = cache.loops.setdefault(source, LoopMemo())
-        run = memo.callback(plan, lambda text: self._measure(text, cache))
+        memo = cache.loops.get(source)
+        if memo is None:
+            memo = cache.loops[source] = LoopMemo()
+            memo.run = memo.callback(plan, lambda text: self._measure(text, cache))
+        run = memo.run
         frame = memo.frame
         if frame is not None and frame.reusable(messages, tools, strftime_now):
             # The head and tail would render as last time: run the loop alone.
-            loop_input = frame.loop_input(messages)
+            loop_input = frame.loop_input(messages, cache.suffix)
+            body, outer = frame.body, list(frame.outer)
             run_template_code(
-                lambda: run_bounded(lambda: run(loop_input, frame.body, list(frame.outer)), limits)
+                lambda: run_bounded(lambda: run(loop_input, body, outer, kept=True), limits)
             )
         else:
             frame = self._render_frame(plan, source, messages, tools, cache, limits, run)
@@ -200,19 +233,18 @@ class TemplateScheme:
         items = memo.items
         offset = len(messages) - len(items)
         suffix = not items or (
-            offset >= 0 and items[0] is messages[offset] and items[-1] is messages[-1]
+            offset >= 0 and _same(items[0], messages[offset]) and _same(items[-1], messages[-1])
         )
         if not suffix or not self._apart(frame, memo):
             memo.frame = None
             return None
         h = 1 if request.system else 0
         lead = max(0, h - offset)  # the system prompt's own loop text (0 or 1 of them)
-        lead_tokens = sum(memo.counts[:lead])
+        lead_tokens = memo.counts[0] if lead else 0
         head_tokens = frame.before_tokens + lead_tokens
         message_tokens = memo.total - lead_tokens
-        parts = [0] * max(0, offset - h) + memo.counts[lead:]
+        parts = _per_message(memo.counts, lead, max(0, offset - h), frame.after_tokens)
         if parts:
-            parts[-1] += frame.after_tokens
             message_tokens += frame.after_tokens
         else:
             head_tokens += frame.after_tokens
@@ -225,7 +257,7 @@ class TemplateScheme:
         tools: Any,
         cache: PieceCache,
         head_tokens: int,
-        parts: list[int],
+        parts: Sequence[int],
         message_tokens: int,
     ) -> RequestCount:
         """The count from the head's tokens (system prompt, tools, their framing) and each
@@ -354,6 +386,26 @@ class TemplateScheme:
                 share = self._tokens(with_tools, cache) - self._tokens(without, cache)
             cache.shares[key] = share
         return min(max(share, 0), head_tokens)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same message dict, or an equal one (it renders the same)."""
+    return a is b or bool(a == b)
+
+
+def _per_message(counts: list[int], lead: int, zeros: int, after: int) -> tuple[int, ...]:
+    """Each message's tokens from the loop texts' ``counts`` past the first ``lead`` (the
+    system prompt's), after ``zeros`` messages that have no loop text (the head renders them);
+    the last message also owns the tail's ``after`` tokens. One copy of ``counts``: a step at
+    thousands of messages pays for each."""
+    if len(counts) <= lead:
+        return (0,) * (zeros - 1) + (after,) if zeros else ()
+    counts[-1] += after
+    try:
+        mine = tuple(counts) if not lead else tuple(itertools.islice(counts, lead, None))
+    finally:
+        counts[-1] -= after
+    return (0,) * zeros + mine if zeros else mine
 
 
 def _piece_starts(pieces: list[str]) -> list[int]:

@@ -186,9 +186,14 @@ class Frame:
                 return False
         return True
 
-    def loop_input(self, messages: list[Any]) -> list[Any]:
-        """The list this render's loop would be given for ``messages``."""
+    def loop_input(
+        self, messages: list[Any], suffix: Callable[[int], list[Any]] | None = None
+    ) -> list[Any]:
+        """The list this render's loop would be given for ``messages``; ``suffix(k)`` is a
+        list equal to ``messages[k:]`` that the caller keeps (not copied)."""
         positions = _view(len(messages), self.view)
+        if positions.step == 1 and suffix is not None and positions.stop == len(messages):
+            return suffix(positions.start)
         if positions.step == 1:
             return messages[positions.start : positions.stop]
         return [messages[i] for i in positions]

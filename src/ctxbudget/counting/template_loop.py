@@ -19,6 +19,7 @@ LOOP_MARKER = "\ue000ctxbudget-loop\ue001"  # private-use characters: never in a
 _BODY, _LOOP = "ctxbudget_loop_body", "ctxbudget_loop"
 _POSITION = frozenset({"index0", "index", "first", "previtem"})
 _END = frozenset({"last", "length", "revindex", "revindex0", "nextitem"})
+_LENGTH = frozenset({"length", "revindex", "revindex0"})  # the body reads the loop's length
 _RESERVED = frozenset({"caller", "varargs", "kwargs", _BODY, _LOOP})
 _ORDER = frozenset({"eq", "ne", "lt", "lteq", "gt", "gteq"})
 _CHANGING = frozenset({"strftime_now", "lipsum", "cycler", "joiner"})  # clock, random, state
@@ -236,6 +237,8 @@ class LoopMemo:
     """The texts and counts of the last render's loop, by position, and what they came from."""
 
     items: list[Any] = field(default_factory=list)
+    """The items of the last render's loop (equal to them, the same objects but where a
+    ``kept`` render found them equal)."""
     outer: list[Any] | None = None
     texts: list[str] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
@@ -247,36 +250,49 @@ class LoopMemo:
     """``sum(counts)``, kept as counts change, so a step does not add up every message."""
     frame: Any = None
     """The last render's head and tail (``template_frame.Frame``), when they may be reused."""
+    run: Any = None
+    """Its ``callback``, made once by the memo's owner."""
 
     def callback(
         self,
         plan: LoopPlan,
         measure: Callable[[str], tuple[int, tuple[bool, bool]]],
-    ) -> Callable[[list[Any], Any, list[Any]], str]:
+    ) -> Callable[..., str]:
         """The ``ctxbudget_loop`` function the rewritten template calls; ``measure`` gives a
-        text's token count and whether it starts / ends with an added token cut at."""
+        text's token count and whether it starts / ends with an added token cut at. A caller
+        that keeps ``messages`` and changes it later says ``kept=True``: the memo then copies
+        what changed into its own list instead of keeping ``messages``."""
 
-        def run(messages: list[Any], body: Any, outer: list[Any]) -> str:
+        def run(messages: list[Any], body: Any, outer: list[Any], kept: bool = False) -> str:
             start = self._first_stale(plan, messages, outer)
             self.outer = None  # until this render ends: a template that fails midway (its
             n = len(messages)  # raise_exception) leaves texts the next render must redo
-            self.total -= sum(self.counts[n:])
-            del self.texts[n:], self.counts[n:], self.edges[n:]
+            if n < len(self.counts):
+                self.total -= sum(self.counts[n:])
+                del self.texts[n:], self.counts[n:], self.edges[n:]
             early = range(min(plan.before, start))  # messages[-1] of the first ones wraps
             changed = [*early, *range(start, n)]
+            texts, counts, edges = self.texts, self.counts, self.edges
+            looks = bool(plan.loop_attrs)  # a body that never reads ``loop`` needs none
             for i in changed:
-                text = str(body(messages[i], FakeLoop(i, n, messages), messages, *outer))
-                entry = (text, *measure(text))
-                if i < len(self.texts):
-                    self.total += entry[1] - self.counts[i]
-                    self.texts[i], self.counts[i], self.edges[i] = entry
+                loop = FakeLoop(i, n, messages) if looks else None
+                text = str(body(messages[i], loop, messages, *outer))
+                tokens, edge = measure(text)
+                if i < len(texts):
+                    self.total += tokens - counts[i]
+                    texts[i], counts[i], edges[i] = text, tokens, edge
                 else:
-                    self.total += entry[1]
-                    self.texts.append(entry[0])
-                    self.counts.append(entry[1])
-                    self.edges.append(entry[2])
+                    self.total += tokens
+                    texts.append(text)
+                    counts.append(tokens)
+                    edges.append(edge)
             self._reseam(changed, n)
-            self.items, self.outer = messages, list(outer)  # a fresh list from each caller
+            if kept:  # the first ``start`` items equal the last ones (``_first_stale``)
+                del self.items[n:]
+                self.items[start:] = messages[start:n]
+            else:  # a fresh list from the template's call
+                self.items = messages
+            self.outer = list(outer)
             return LOOP_MARKER
 
         return run
@@ -307,6 +323,8 @@ class LoopMemo:
     def ends(self) -> tuple[int, int] | None:
         """The first and last non-empty texts; None when every text is empty."""
         texts = self.texts
+        if texts and texts[0] and texts[-1]:
+            return 0, len(texts) - 1
         first = next((i for i, text in enumerate(texts) if text), None)
         if first is None:
             return None
@@ -321,13 +339,28 @@ class LoopMemo:
             same = self.outer is not None and bool(self.outer == outer)
         except Exception:
             same = False
-        if not same or plan.loop_attrs & {"length", "revindex", "revindex0"}:
+        if not same or not plan.loop_attrs.isdisjoint(_LENGTH):
             return 0
         old = self.items
         common = min(len(old), len(messages), len(self.texts))
-        if old[:common] != messages[:common]:  # identity first: the same dicts as last time
+        if not _starts_with(messages, old, common):  # identity first: the same dicts as before
             common = next(i for i in range(common) if old[i] is not messages[i])
         start = common - plan.after
         if "last" in plan.loop_attrs and len(old) != len(messages):
             start = min(start, len(old) - 1)
         return max(start, 0)
+
+
+def _starts_with(new: list[Any], old: list[Any], common: int) -> bool:
+    """``new[:common] == old[:common]`` (items by identity, then value) without slicing all of
+    ``old``: a slice's reference counts touch every message, a step's cost at thousands of
+    them. On a pure append (``old`` whole) ``new`` is cut to ``old``'s length for the compare
+    and given its tail back (lists of unequal length compare unequal at once)."""
+    if type(new) is not list or common != len(old) or common > len(new):
+        return bool(old[:common] == new[:common])
+    tail = new[common:]
+    del new[common:]
+    try:
+        return bool(old == new)
+    finally:
+        new += tail
