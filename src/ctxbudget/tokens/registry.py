@@ -208,14 +208,55 @@ class Boundary:
     cuts: frozenset[str]
 
 
+MAX_TRIE_TOKEN = 256
+"""Added tokens up to this length are matched by a trie (its depth, Python's and the regex
+engine's recursion, stays small); a folder with a longer one gets the plain alternation."""
+
+
 def token_boundary(cut: Iterable[str], every: Iterable[str] = ()) -> Boundary | None:
     """The boundary at the tokens ``cut``; tokens of ``every`` also match (not cut), so a
     longer added token holding a cut token is taken whole, as the tokenizer takes it."""
     cuts = frozenset(cut)
     if not cuts:
         return None
-    tokens = sorted(cuts | set(every), key=lambda t: (-len(t), t))  # longest branch first
-    return Boundary(re.compile("|".join(re.escape(t) for t in tokens)), cuts)
+    tokens = {t for t in (*cuts, *every) if t}
+    # A trie nests a group per character where tokens part; real added tokens are short.
+    short = max(map(len, tokens)) <= MAX_TRIE_TOKEN
+    pattern = trie_pattern(tokens) if short else alternation_pattern(tokens)
+    return Boundary(re.compile(pattern), cuts)
+
+
+def alternation_pattern(tokens: Iterable[str]) -> str:
+    """A regex matching any of ``tokens``, leftmost-longest: every token, longest first."""
+    return "|".join(re.escape(t) for t in sorted(tokens, key=lambda t: (-len(t), t)))
+
+
+def trie_pattern(tokens: Iterable[str]) -> str:
+    """A regex matching any of ``tokens``, leftmost-longest, as a trie: one branch per next
+    character, a shorter token's end the fallback of its longer continuations. Equivalent to
+    the alternation of all tokens longest first, which tries every branch at each position
+    where they share a prefix (Llama 3's 256 ``<|reserved_special_token_N|>``)."""
+    trie: dict[str, Any] = {}
+    for token in tokens:
+        node = trie
+        for char in token:
+            node = node.setdefault(char, {})
+        node[""] = {}  # a token ends here
+
+    def branch(node: dict[str, Any]) -> str:
+        chain = []
+        while len(node) == 1 and "" not in node:  # one way on: no group needed
+            ((char, node),) = node.items()
+            chain.append(re.escape(char))
+        alternatives = [re.escape(c) + branch(child) for c, child in sorted(node.items()) if c]
+        body = "|".join(alternatives)
+        if "" in node and alternatives:
+            body = f"(?:{body})?"  # greedy: the longer token first, this one's end if none
+        elif len(alternatives) > 1:
+            body = f"(?:{body})"
+        return "".join(chain) + body
+
+    return branch(trie)
 
 
 @dataclass(frozen=True, slots=True)
