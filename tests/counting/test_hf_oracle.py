@@ -110,3 +110,44 @@ def test_every_door_counts_what_transformers_counts(
 
     check()
     assert len(seen) >= 200 and sum(n is not None for n in seen) >= 150  # Llama refuses some
+
+
+def test_tool_results_that_meet_without_a_token_are_joined_not_rendered_whole(
+    hf_oracle: Oracle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hermes-2-Pro's tool_use template ends a result with ``</tool_response>\\n`` and starts
+    the next with ``<tool_response>``: no added token between, so the two are counted as one
+    text. The loop stays memoised: after the first count no step renders the whole prompt."""
+    path, tokenizer = hf_oracle("hermes-2-pro-template")
+    name = f"hf:{path}"
+    renders = [0]
+    original = TemplateScheme.render
+
+    def counted(self: TemplateScheme, *args: Any, **kwargs: Any) -> str:
+        renders[0] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(TemplateScheme, "render", counted)
+    schema = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+    read = {"name": "read", "description": "Read a file.", "parameters": schema}
+    tool = {"type": "function", "function": read}
+    call = {
+        "id": "c",
+        "type": "function",
+        "function": {"name": "read", "arguments": '{"path": "a"}'},
+    }
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Read both."}]
+    counter = RequestCounter(name)
+    per_step = []
+    for i in range(6):
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call, call]})
+        messages += [
+            {"role": "tool", "tool_call_id": "c", "content": f"part {i}.{j}"} for j in (1, 2)
+        ]
+        body = json.loads(json.dumps({"messages": messages, "tools": [tool]}))  # a fresh copy
+        before = renders[0]
+        got = counter.count(parse_request_json(json.dumps(body), "body"))
+        per_step.append(renders[0] - before)
+        assert got.total == oracle_count(tokenizer, body)
+        assert sum(got.per_message) == got.messages
+    assert per_step[1:] == [0] * 5

@@ -252,3 +252,19 @@ def test_strftime_now_is_remade_each_second(monkeypatch: pytest.MonkeyPatch) -> 
     clock["t"] = 1_001.0
     assert hf.strftime_now("%H:%M:%S") != first  # the next second: made again
     hf._CLOCK.clear()
+
+
+def test_texts_that_meet_without_a_token_are_counted_as_one(root: Path) -> None:
+    """A loop with no added token between messages: the texts are counted joined (as one
+    message holding both), and a run whose text changed is counted again, not taken from the
+    step before."""
+    folder = _build_folder(root / "plain", "{% for m in messages %}{{ m.content }}{% endfor %}")
+    counter = f"hf:{folder}"
+    stepped = RequestCounter(counter)
+    first = Message(role="user", content="The qu")
+    for second in ("ick brown", " fox", "ick", "The quick", "ick brown fox"):
+        request = Request(messages=(first, Message(role="assistant", content=second)))
+        joined = Request(messages=(Message(role="user", content=first.text + second),))
+        got = stepped.count(request)
+        assert got == count_request(request, counter)
+        assert got.total == count_request(joined, counter).total

@@ -240,10 +240,18 @@ class TemplateScheme:
             return None
         h = 1 if request.system else 0
         lead = max(0, h - offset)  # the system prompt's own loop text (0 or 1 of them)
+        fixes = memo.seam_fixes(lambda text: self._tokens(text, cache)) if memo.bad else {}
         lead_tokens = memo.counts[0] if lead else 0
         head_tokens = frame.before_tokens + lead_tokens
-        message_tokens = memo.total - lead_tokens
-        parts = _per_message(memo.counts, lead, max(0, offset - h), frame.after_tokens)
+        message_tokens = memo.total - lead_tokens + sum(fixes.values())
+        counts = memo.counts
+        for at, extra in fixes.items():  # a joined run's tokens are its last message's
+            counts[at] += extra
+        try:
+            parts = _per_message(counts, lead, max(0, offset - h), frame.after_tokens)
+        finally:
+            for at, extra in fixes.items():
+                counts[at] -= extra
         if parts:
             message_tokens += frame.after_tokens
         else:
@@ -332,14 +340,15 @@ class TemplateScheme:
 
     @staticmethod
     def _apart(frame: Frame, memo: LoopMemo) -> bool:
-        """True when every seam between head, loop texts and tail is an added token."""
+        """True when the head meets the first loop text, and the last the tail, at an added
+        token."""
         ends = memo.ends()
         if ends is None:  # no loop text: the head meets the tail
             return not (frame.before and frame.after) or frame.before_cut or frame.after_cut
         first, last = ends
         head_ok = not frame.before or frame.before_cut or memo.edges[first][0]
         tail_ok = not frame.after or memo.edges[last][1] or frame.after_cut
-        return memo.seams_apart() and head_ok and tail_ok
+        return head_ok and tail_ok  # texts that meet without one are joined (seam_fixes)
 
     def _try_render(self, source: str, messages: list[dict[str, Any]], tools: Any) -> str | None:
         try:

@@ -248,6 +248,9 @@ class LoopMemo:
     """Positions ``i`` where text ``i - 1`` meets text ``i`` without such a token."""
     total: int = 0
     """``sum(counts)``, kept as counts change, so a step does not add up every message."""
+    joins: dict[int, tuple[tuple[str, ...], int]] = field(default_factory=dict)
+    """Per run of texts joined at such seams, by its first position: its texts and how many
+    tokens the joined text has beyond their own counts (``seam_fixes``)."""
     frame: Any = None
     """The last render's head and tail (``template_frame.Frame``), when they may be reused."""
     run: Any = None
@@ -330,9 +333,34 @@ class LoopMemo:
             return None
         return first, next(i for i in range(len(texts) - 1, first - 1, -1) if texts[i])
 
-    def seams_apart(self) -> bool:
-        """True when every text meets the next at an added token."""
-        return not self.bad
+    def seam_fixes(self, tokens: Callable[[str], int]) -> dict[int, int]:
+        """Where texts meet without an added token between (Hermes-2-Pro: two tool results,
+        ``</tool_response>\n`` | ``<tool_response>``), the tokenizer sees them as one text:
+        for each such run, by its last position, the tokens of the joined text (``tokens``)
+        less the sum of its texts' own counts. A run whose texts are the same objects as last
+        time keeps its fix."""
+        texts, counts = self.texts, self.counts
+        runs: list[tuple[int, int]] = []
+        for i in sorted(self.bad):
+            p = i - 1
+            while p >= 0 and not texts[p]:
+                p -= 1
+            if runs and runs[-1][1] == p:
+                runs[-1] = (runs[-1][0], i)
+            else:
+                runs.append((p, i))
+        joins: dict[int, tuple[tuple[str, ...], int]] = {}
+        fixes: dict[int, int] = {}
+        for first, last in runs:
+            run = tuple(texts[first : last + 1])
+            known = self.joins.get(first)
+            if known is None or len(known[0]) != len(run) or any(map(_differ, known[0], run)):
+                extra = tokens("".join(run)) - sum(counts[first : last + 1])
+                known = (run, extra)
+            joins[first] = known
+            fixes[last] = known[1]
+        self.joins = joins
+        return fixes
 
     def _first_stale(self, plan: LoopPlan, messages: list[Any], outer: list[Any]) -> int:
         try:
@@ -349,6 +377,10 @@ class LoopMemo:
         if "last" in plan.loop_attrs and len(old) != len(messages):
             start = min(start, len(old) - 1)
         return max(start, 0)
+
+
+def _differ(a: str, b: str) -> bool:
+    return a is not b and a != b
 
 
 def _starts_with(new: list[Any], old: list[Any], common: int) -> bool:
