@@ -120,3 +120,24 @@ def test_no_messages_puts_the_reply_primer_in_the_head() -> None:
     count = count_with(scheme, Request(system="You are terse."))
     assert count.per_message == () and count.messages == 0
     assert count.total == count.system
+
+
+@pytest.mark.parametrize("role", ["user", "assistant", "tool"])
+def test_messages_long_gone_are_not_kept(role: str) -> None:
+    """A counter fed thousands of different requests keeps what the largest one needs, not
+    every message it has seen (each kind of cached count: whole messages, bodies)."""
+    import tracemalloc
+
+    counter = RequestCounter("qwen3")
+    conversation = Request(messages=(Message(role="user", content="Fix the parser."),) * 10)
+    counter.count(conversation)
+    tracemalloc.start()
+    try:
+        start, _ = tracemalloc.get_traced_memory()
+        for i in range(2_000):
+            side = Message(role=role, content=f"{i} " + "x" * 2_000)  # ~4 MB if all kept
+            counter.count(conversation.with_messages((*conversation.messages, side)))
+        grown = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+    assert grown < 1_000_000, grown

@@ -212,7 +212,8 @@ class RequestCounter:
         # The limit follows the largest request seen, so counting small side requests (one
         # message at a time, as compaction does) does not wipe the conversation's entries.
         self._high = max(self._high, len(self._messages))
-        if len(self._cache) > 2 * self._high + 64:
+        limit = 2 * self._high + 64
+        if len(self._cache) > limit or len(self._bodies) > limit:
             live = {id(m) for m in self._messages}
             self._cache = {k: v for k, v in self._cache.items() if k[0] in live}
             self._bodies = {k: v for k, v in self._bodies.items() if k in live}
