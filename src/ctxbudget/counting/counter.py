@@ -17,7 +17,7 @@ from ctxbudget.counting.result import RequestCount
 from ctxbudget.counting.scheme import NO_PIVOT, Scheme, SplitScheme
 from ctxbudget.counting.select import choose_scheme, counter_name_for_model
 from ctxbudget.counting.template_count import PieceCache, TemplateScheme
-from ctxbudget.messages.model import Message, Request, ToolSpec, common_prefix
+from ctxbudget.messages.model import Message, Request, ToolSpec, common_prefix, same
 from ctxbudget.tokens.base import CounterKind, TokenCounter
 from ctxbudget.tokens.select import GENERIC_ESTIMATOR
 
@@ -143,7 +143,7 @@ class RequestCounter:
             result = scheme.count(request, self._pieces)
             self._pieces.trim()
         else:
-            if not (request.system == self._system and _same_tools(self._tools, request.tools)):
+            if not (request.system == self._system and same(self._tools, request.tools)):
                 self._head = scheme.head(request)
                 self._system, self._tools = request.system, request.tools
             self._update_messages(scheme, request.messages)
@@ -221,10 +221,4 @@ class RequestCounter:
 
 def _same_request(a: Request, b: Request) -> bool:
     """True when ``b`` renders as ``a`` did: the same messages tuple, system and tools."""
-    return a is b or (
-        a.messages is b.messages and a.system == b.system and _same_tools(a.tools, b.tools)
-    )
-
-
-def _same_tools(a: tuple[ToolSpec, ...], b: tuple[ToolSpec, ...]) -> bool:
-    return a is b or a == b
+    return a is b or (a.messages is b.messages and a.system == b.system and same(a.tools, b.tools))

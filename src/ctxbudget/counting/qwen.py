@@ -46,7 +46,12 @@ _NL_CUT = (QWEN_PATTERN, QWEN36_PATTERN)
 
 
 def _turn(role: str, text: str) -> str:
-    return f"<|im_start|>{role}\n{text}<|im_end|>\n"
+    framing, closing = _turn_frame(role)
+    return framing + text + closing
+
+
+def _turn_frame(role: str) -> tuple[str, str]:
+    return f"<|im_start|>{role}\n", TURN_CLOSE
 
 
 def _tools_block(request: Request) -> str:
@@ -318,7 +323,7 @@ class QwenScheme:
             return qwen3_reply_frame(*flags)
         if role == "tool":
             return _tool_frame(*flags)
-        return f"<|im_start|>{role}\n", TURN_CLOSE
+        return _turn_frame(role)
 
     def generation_text(self) -> str:
         if self.template == "qwen3":

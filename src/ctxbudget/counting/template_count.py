@@ -29,7 +29,7 @@ from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allo
 from ctxbudget.counting.template_input import message_dict, template_tools
 from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
 from ctxbudget.errors import InputError
-from ctxbudget.messages.model import Message, Request, common_prefix
+from ctxbudget.messages.model import Message, Request, common_prefix, same
 from ctxbudget.tokens.registry import ExactTokenizer
 
 _PLACEHOLDER = "\ue000ctxbudget-cut\ue000"  # private-use characters: never in a template
@@ -164,17 +164,20 @@ class TemplateScheme:
 
     def _counts(self, pieces: list[str], cache: PieceCache) -> list[int]:
         """Each piece's count: from the cache, the new ones tokenised in one batch."""
-        self._total(pieces, cache)
-        return list(map(cache.counts.__getitem__, pieces))
+        return list(map(self._cached(pieces, cache).__getitem__, pieces))
 
     def _total(self, pieces: list[str], cache: PieceCache) -> int:
-        """The pieces' tokens, the new ones tokenised in one batch and kept in the cache."""
+        """The pieces' tokens, as ``sum(_counts(...))`` without the list."""
+        return sum(map(self._cached(pieces, cache).__getitem__, pieces))
+
+    def _cached(self, pieces: list[str], cache: PieceCache) -> dict[str, int]:
+        """``cache.counts`` with every piece in it: the new ones tokenised in one batch."""
         counts = cache.counts
         new = [p for p in pieces if p not in counts]
         if new:
             new = list(dict.fromkeys(new))
             counts.update(zip(new, self.tokenizer.count_special_many(new), strict=True))
-        return sum(map(counts.__getitem__, pieces))
+        return counts
 
     def count(self, request: Request, cache: PieceCache | None = None) -> RequestCount:
         """The exact total with a per-part breakdown that adds up to it."""
@@ -233,7 +236,7 @@ class TemplateScheme:
         items = memo.items
         offset = len(messages) - len(items)
         suffix = not items or (
-            offset >= 0 and _same(items[0], messages[offset]) and _same(items[-1], messages[-1])
+            offset >= 0 and same(items[0], messages[offset]) and same(items[-1], messages[-1])
         )
         if not suffix or not self._apart(frame, memo):
             memo.frame = None
@@ -244,14 +247,7 @@ class TemplateScheme:
         lead_tokens = memo.counts[0] if lead else 0
         head_tokens = frame.before_tokens + lead_tokens
         message_tokens = memo.total - lead_tokens + sum(fixes.values())
-        counts = memo.counts
-        for at, extra in fixes.items():  # a joined run's tokens are its last message's
-            counts[at] += extra
-        try:
-            parts = _per_message(counts, lead, max(0, offset - h), frame.after_tokens)
-        finally:
-            for at, extra in fixes.items():
-                counts[at] -= extra
+        parts = _per_message(memo.counts, lead, max(0, offset - h), frame.after_tokens, fixes)
         if parts:
             message_tokens += frame.after_tokens
         else:
@@ -397,23 +393,24 @@ class TemplateScheme:
         return min(max(share, 0), head_tokens)
 
 
-def _same(a: Any, b: Any) -> bool:
-    """The same message dict, or an equal one (it renders the same)."""
-    return a is b or bool(a == b)
-
-
-def _per_message(counts: list[int], lead: int, zeros: int, after: int) -> tuple[int, ...]:
+def _per_message(
+    counts: list[int], lead: int, zeros: int, after: int, extra: dict[int, int]
+) -> tuple[int, ...]:
     """Each message's tokens from the loop texts' ``counts`` past the first ``lead`` (the
     system prompt's), after ``zeros`` messages that have no loop text (the head renders them);
-    the last message also owns the tail's ``after`` tokens. One copy of ``counts``: a step at
-    thousands of messages pays for each."""
+    the last message also owns the tail's ``after`` tokens, and the loop text at each position
+    of ``extra`` that many more (a joined run's, at its last). One copy of ``counts``: a step
+    at thousands of messages pays for each."""
     if len(counts) <= lead:
         return (0,) * (zeros - 1) + (after,) if zeros else ()
-    counts[-1] += after
+    lent = {**extra, len(counts) - 1: extra.get(len(counts) - 1, 0) + after}
+    for at, tokens in lent.items():  # lent for the copy, given back after it
+        counts[at] += tokens
     try:
         mine = tuple(counts) if not lead else tuple(itertools.islice(counts, lead, None))
     finally:
-        counts[-1] -= after
+        for at, tokens in lent.items():
+            counts[at] -= tokens
     return (0,) * zeros + mine if zeros else mine
 
 

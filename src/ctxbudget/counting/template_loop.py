@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxbudget.messages.model import same
+
 LOOP_MARKER = "\ue000ctxbudget-loop\ue001"  # private-use characters: never in a template
 _BODY, _LOOP = "ctxbudget_loop_body", "ctxbudget_loop"
 _POSITION = frozenset({"index0", "index", "first", "previtem"})
@@ -354,7 +356,7 @@ class LoopMemo:
         for first, last in runs:
             run = tuple(texts[first : last + 1])
             known = self.joins.get(first)
-            if known is None or len(known[0]) != len(run) or any(map(_differ, known[0], run)):
+            if known is None or len(known[0]) != len(run) or not all(map(same, known[0], run)):
                 extra = tokens("".join(run)) - sum(counts[first : last + 1])
                 known = (run, extra)
             joins[first] = known
@@ -377,10 +379,6 @@ class LoopMemo:
         if "last" in plan.loop_attrs and len(old) != len(messages):
             start = min(start, len(old) - 1)
         return max(start, 0)
-
-
-def _differ(a: str, b: str) -> bool:
-    return a is not b and a != b
 
 
 def _starts_with(new: list[Any], old: list[Any], common: int) -> bool:

@@ -155,6 +155,11 @@ class Request:
         )
 
 
+def same(a: object, b: object) -> bool:
+    """The same object, or an equal one (it renders the same): identity first, cheap."""
+    return a is b or bool(a == b)
+
+
 def common_prefix(old: tuple[Message, ...], new: tuple[Message, ...]) -> int:
     """How many leading messages ``old`` and ``new`` share (by identity or value): what a
     request counted before and the next one have in common."""
@@ -163,7 +168,7 @@ def common_prefix(old: tuple[Message, ...], new: tuple[Message, ...]) -> int:
         return n
     i = 0
     limit = min(n, len(new))
-    while i < limit and (old[i] is new[i] or old[i] == new[i]):
+    while i < limit and same(old[i], new[i]):
         i += 1
     return i
 
