@@ -13,7 +13,7 @@ from ctxbudget.agent.events import LoopEvent
 from ctxbudget.budget.rules import POLICY_NAMES
 from ctxbudget.counting import RequestCount, RequestCounter
 from ctxbudget.errors import CompactionError, ContextOverflowError, PromptFloorExceeded
-from ctxbudget.messages.model import Request
+from ctxbudget.messages.model import Request, extends
 
 MakeAgent = Callable[..., Any]
 SEED_COMPACTIONS = 5  # the seed's chapter 11: 17 turns in a 1,200 window, 5 compactions
@@ -181,3 +181,28 @@ def test_adopting_a_small_window_without_a_reply_limit_still_fits(make_agent: Ma
     later = events[events.index(_kinds(events, "window_changed")[0]) :]
     assert not _kinds(later, "overflow")
     assert all(r.max_output_tokens is not None for r in provider.requests)
+
+
+def test_requests_within_a_run_are_made_by_appending(make_agent: MakeAgent) -> None:
+    """Each request the loop counts extends the one before (``Request.append``) unless a
+    compaction changed the history, so the counter is spared comparing it; counts stay exact."""
+    seen: list[Request] = []
+
+    class Recording(RequestCounter):
+        def count(self, request: Request) -> RequestCount:
+            seen.append(request)
+            return super().count(request)
+
+    made = make_agent("coding", window=4096, counter=Recording("qwen3"))
+    _run(made, 6)
+    agent = made[0]
+    assert agent.compactions  # the run also crossed compactions
+    pairs = list(itertools.pairwise(seen))
+    grown = [(a, b) for a, b in pairs if a.messages == b.messages[: len(a.messages)] != b.messages]
+    appended = [(a, b) for a, b in pairs if extends(b, a.messages)]
+    assert all(pair in grown for pair in appended)  # only where it really is an append
+    # Only a compaction's side requests (one message at a time) come between two of the loop's.
+    assert len(grown) - len(appended) <= len(agent.compactions)
+    assert len(appended) >= 20
+    fresh = RequestCounter("qwen3")
+    assert all(Recording("qwen3").count(r) == fresh.count(r) for r in seen[-5:])

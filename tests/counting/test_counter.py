@@ -22,9 +22,11 @@ CHARS4 = Estimator("chars4", lambda text: (len(text) + 3) // 4)  # local stand-i
 
 edits = st.one_of(
     st.tuples(st.just("append"), st.lists(messages(), min_size=1, max_size=3)),
+    st.tuples(st.just("extend"), st.lists(messages(), min_size=1, max_size=3)),
     st.tuples(st.just("system"), texts),
     st.tuples(st.just("tools"), tools),
     st.tuples(st.just("compact"), st.integers(1, 4)),
+    st.tuples(st.just("drop_last"), st.just(0)),  # a retry takes the failed reply back
     st.tuples(st.just("replace_last"), messages()),
     st.tuples(st.just("edit_middle"), messages()),
 )
@@ -36,11 +38,16 @@ def _apply(request: Request, edit: tuple[str, object]) -> Request:
     if kind == "append":
         assert isinstance(value, list)
         return request.with_messages((*msgs, *value))
+    if kind == "extend":  # the request knows what it extends: not compared message by message
+        assert isinstance(value, list)
+        return request.append(*value)
     if kind == "system":
         return replace(request, system=str(value))
     if kind == "tools":
         assert isinstance(value, list)
         return replace(request, tools=tuple(value))
+    if kind == "drop_last":
+        return request.with_messages(msgs[:-1] if len(msgs) > 1 else msgs)
     if kind == "compact":
         assert isinstance(value, int)
         summary = Message(
@@ -84,6 +91,7 @@ def test_incremental_equals_full_recount(
     counter = _resolve(counter, hf_folder)
     incremental = RequestCounter(counter)
     request = Request(messages=(Message(role="user", content="start"),))
+    kept = []
     for edit in steps:
         request = _apply(request, edit)
         try:
@@ -93,9 +101,16 @@ def test_incremental_equals_full_recount(
                 incremental.count(request)
             continue
         got = incremental.count(request)
-        assert got == expected
+        assert replace(got, per_message=()) == replace(expected, per_message=())
         assert got.system + got.tools + got.messages == got.total
-        assert sum(got.per_message) == got.messages
+        # Read by index: a view of the counter's running list is not copied by this.
+        parts = [got.per_message[i] for i in range(len(got.per_message))]
+        assert parts == list(expected.per_message)
+        assert sum(parts) == got.messages
+        kept.append((got, expected))
+    for got, expected in kept:  # later steps left each count handed out as it was
+        assert got == expected and hash(got) == hash(expected)
+        assert tuple(got.per_message) == tuple(expected.per_message)
 
 
 def test_new_query_recounts_earlier_reasoning() -> None:

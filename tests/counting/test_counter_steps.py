@@ -16,7 +16,7 @@ from tests.counting.strategies import messages
 
 from ctxbudget.counting import RequestCounter, count_request
 from ctxbudget.counting.qwen import last_query_index
-from ctxbudget.messages.model import Message, Request, ToolCall, common_prefix
+from ctxbudget.messages.model import Message, Request, ToolCall, common_prefix, extends
 from ctxbudget.tokens.registry import ExactTokenizer, get_tokenizer
 
 QUERY = Message(role="user", content="Which tests fail?")
@@ -155,6 +155,26 @@ def test_common_prefix_by_identity_or_value() -> None:
     assert common_prefix((), (a,)) == 0
     with pytest.raises(TypeError):  # what _starts_with relies on: messages have no order
         assert a <= b  # type: ignore[operator]
+
+
+def test_a_request_made_by_append_knows_what_it_extends(encoded: list[str]) -> None:
+    base = Request(system="Be brief.", messages=(USER, CALLING))
+    grown = base.append(TOOL)
+    assert grown.messages == (USER, CALLING, TOOL) and grown == base.with_messages(grown.messages)
+    assert extends(grown, base.messages)
+    assert not extends(grown, (USER, CALLING))  # by identity: an equal tuple proves nothing
+    assert not extends(base.with_messages(grown.messages), base.messages)
+    assert not extends(replace(grown, system="Other."), base.messages)
+    assert not extends(replace(grown, messages=(USER,)), base.messages)
+    counter = RequestCounter("qwen3")
+    counter.count(base)
+    encoded.clear()
+    got = counter.count(grown)
+    step = list(encoded)
+    assert got == count_request(grown, "qwen3")
+    assert any(TOOL.content in text for text in step)
+    assert not any(USER.content in text for text in step)  # the history was not rendered
+    assert counter.count(grown.append(PLAIN)) == count_request(grown.append(PLAIN), "qwen3")
 
 
 roles = st.sampled_from(["user", "assistant", "tool"])

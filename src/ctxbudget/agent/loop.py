@@ -127,6 +127,13 @@ class Agent:
         self._floor_checked = False
         self._sent = Request()
         """The request last sent (what the server's usage reports on)."""
+        self._built: Request | None = None
+        """The request ``request()`` last made."""
+        self._root: tuple[Message, ...] | None = None
+        self._tip: tuple[Message, ...] | None = None
+        """``self.messages`` was ``_root`` plus the messages ``_add`` appended since, while it
+        is ``_tip``: then the next request is made by appending (``Request.append``), which
+        spares the counter comparing the whole history."""
 
     @property
     def max_output_tokens(self) -> int:
@@ -137,13 +144,30 @@ class Agent:
 
     def request(self) -> Request:
         """The request the next call would send."""
-        return Request(
-            system=self.system,
-            tools=self.tools,
-            messages=self.messages,
-            max_output_tokens=self.max_output_tokens,
-            model=self.model,
-        )
+        built, messages = self._built, self.messages
+        head = (self.system, self.tools, self.max_output_tokens, self.model)
+        if built is not None and head == (
+            built.system,
+            built.tools,
+            built.max_output_tokens,
+            built.model,
+        ):
+            if built.messages is messages:
+                return built
+            if self._tip is messages and self._root is built.messages:
+                self._built = built.append(*messages[len(built.messages) :])
+        request = self._built
+        if request is None or request is built:
+            request = self._built = Request(
+                system=self.system,
+                tools=self.tools,
+                messages=messages,
+                max_output_tokens=self.max_output_tokens,
+                model=self.model,
+            )
+        # The same messages, as the request's tuple: the next appends extend it.
+        self.messages = self._root = self._tip = request.messages
+        return request
 
     def context_tokens(self) -> int:
         """The next request's size, usage-first (the provider's last count + what came since)."""
@@ -180,7 +204,9 @@ class Agent:
         if self.archive is not None:
             self.archive.append_message(message)
         self.history.append(message)
-        self.messages = (*self.messages, message)
+        if self._tip is not self.messages:  # assigned since the last append
+            self._root = self.messages
+        self.messages = self._tip = (*self.messages, message)
 
     # -- one user turn -------------------------------------------------------------------
 

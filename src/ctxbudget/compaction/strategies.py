@@ -91,7 +91,7 @@ class _Job:
     threshold: int
     compaction_id: str
 
-    def sizes(self, messages: Sequence[Message]) -> tuple[int, ...]:
+    def sizes(self, messages: Sequence[Message]) -> Sequence[int]:
         return self.counter.count(self.request.with_messages(tuple(messages))).per_message
 
     def size(self, message: Message) -> int:

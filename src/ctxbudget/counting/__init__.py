@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ctxbudget.counting.counter import RequestCounter, count_request
-from ctxbudget.counting.result import RequestCount
+from ctxbudget.counting.result import PerMessage, RequestCount
 from ctxbudget.counting.select import TEMPLATES
 
-__all__ = ["TEMPLATES", "RequestCount", "RequestCounter", "count_request"]
+__all__ = ["TEMPLATES", "PerMessage", "RequestCount", "RequestCounter", "count_request"]

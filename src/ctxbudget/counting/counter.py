@@ -11,13 +11,14 @@ has not seen (``template_count.PieceCache``).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable
 
-from ctxbudget.counting.result import RequestCount
+from ctxbudget.counting.result import PerMessage, RequestCount
 from ctxbudget.counting.scheme import NO_PIVOT, Scheme, SplitScheme
 from ctxbudget.counting.select import choose_scheme, counter_name_for_model
 from ctxbudget.counting.template_count import PieceCache, TemplateScheme
-from ctxbudget.messages.model import Message, Request, ToolSpec, common_prefix, same
+from ctxbudget.messages.model import Message, Request, ToolSpec, common_prefix, extends, same
 from ctxbudget.tokens.base import CounterKind, TokenCounter
 from ctxbudget.tokens.select import GENERIC_ESTIMATOR
 
@@ -31,15 +32,14 @@ def _assemble(
     generation: int,
 ) -> RequestCount:
     """The count from per-message counts, ``messages`` their sum; ``kind`` is ``estimate``
-    where any count is."""
+    where any count is. ``per_message`` is a view of ``counts``: the caller leaves
+    ``counts[:-1]`` as it is from now on."""
     system, tools = head
-    if counts:
-        counts[-1] += generation  # one copy of the list: lend the last count the reply primer
-        per_message = tuple(counts)
-        counts[-1] -= generation
+    per_message: PerMessage | tuple[()] = ()
+    if counts:  # a view, not a copy: the last count lent the reply primer
+        per_message = PerMessage(counts, len(counts), counts[-1] + generation)
         messages += generation
     else:
-        per_message = ()
         system += generation  # no message to carry the reply primer: the head does
     return RequestCount(
         counter=name,
@@ -116,6 +116,9 @@ class RequestCounter:
         self._messages: tuple[Message, ...] = ()
         self._pivot = NO_PIVOT
         self._counts: list[int] = []
+        self._frozen = 0
+        """``_counts[:_frozen]`` is read by a RequestCount handed out: a step that would change
+        it starts a new list, so each count handed out keeps its breakdown."""
         self._approx: list[bool] = []
         self._sum = 0
         """Running sum of ``_counts`` and number of True in ``_approx``: a step adds and
@@ -146,9 +149,10 @@ class RequestCounter:
             if not (request.system == self._system and same(self._tools, request.tools)):
                 self._head = scheme.head(request)
                 self._system, self._tools = request.system, request.tools
-            self._update_messages(scheme, request.messages)
+            self._update_messages(scheme, request)
             if self._generation is None:
                 self._generation = scheme.generation()
+            self._frozen = len(self._counts) - 1  # a list only grows: a cut below starts anew
             result = _assemble(
                 self.name,
                 "estimate" if self._estimated else self.kind,
@@ -160,16 +164,22 @@ class RequestCounter:
         self._last = (request, result)
         return result
 
-    def _update_messages(self, scheme: Scheme, messages: tuple[Message, ...]) -> None:
-        common = common_prefix(self._messages, messages)
-        appended = common == len(self._messages)  # the old pivot holds for messages[:common]
+    def _update_messages(self, scheme: Scheme, request: Request) -> None:
+        messages, old = request.messages, self._messages
+        common = len(old) if extends(request, old) else common_prefix(old, messages)
+        appended = common == len(old)  # the old pivot holds for messages[:common]
         pivot = scheme.pivot(messages, common, self._pivot) if appended else scheme.pivot(messages)
         start = common - 1 if common else 0  # the old last message's neighbours changed
         if pivot != self._pivot:
             start = min(start, pivot + 1, self._pivot + 1)
         counts, approx = self._counts, self._approx
+        if start < self._frozen:  # counts handed out read counts[:_frozen]: leave it to them
+            self._sum -= sum(itertools.islice(counts, start, None))
+            counts = self._counts = counts[:start]
+            self._frozen = 0
         while len(counts) > start:  # usually the old last message alone
             self._sum -= counts.pop()
+        while len(approx) > start:
             self._estimated -= approx.pop()
         flags, message = scheme.flags, self._message
         for i in range(start, len(messages)):

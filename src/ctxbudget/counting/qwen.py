@@ -7,7 +7,7 @@ Qwen/Qwen2.5-7B-Instruct tokenizer_config.json); tests render both and compare t
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ctxbudget.counting.images import qwen_image_tokens
 from ctxbudget.counting.scheme import NO_PIVOT
@@ -142,6 +142,8 @@ def _has_reasoning(message: Message) -> bool:
 
 
 def _qwen3_calls(message: Message, content: str) -> str:
+    if not message.tool_calls:
+        return ""
     return "".join(
         ("\n" if i > 0 or content else "") + _call_text(call, raw_strings=True)
         for i, call in enumerate(message.tool_calls)
@@ -251,6 +253,8 @@ class QwenScheme:
     enable_thinking: bool = True
     label: str | None = None
     """The counter's name when it is not the tokenizer's or template's (an ``hf:`` folder)."""
+    _cuts: tuple[bool, bool, bool] = field(init=False, repr=False, compare=False)
+    """Which ``body`` cuts hold for this tokenizer: tool results, turns, Qwen3 replies."""
 
     @property
     def name(self) -> str:
@@ -294,26 +298,36 @@ class QwenScheme:
             return tokens, False
         return tokens + sum(qwen_image_tokens(i) for i in images), True
 
-    def body(self, message: Message) -> str | None:
+    def __post_init__(self) -> None:
         tokenizer = self.tokenizer
-        if message.images or tokenizer.name.startswith(HF_PREFIX):
-            return None  # a folder's tokenizer may normalise or match added tokens otherwise
-        role = message.role
-        if role == "tool":  # cut at two added tokens, where Qwen3's vocabulary has them
-            tags = tokenizer.is_cut_token(TOOL_OPEN) and tokenizer.is_cut_token(TOOL_CLOSE)
-            return _tool_body(message) if tags else None
+        # A folder's tokenizer may normalise or match added tokens otherwise: no cut.
+        own = not tokenizer.name.startswith(HF_PREFIX)
+        # A tool result is cut at two added tokens, where the vocabulary has them (Qwen3).
+        tags = tokenizer.is_cut_token(TOOL_OPEN) and tokenizer.is_cut_token(TOOL_CLOSE)
         # A turn's cut "...\n" | body, the body starting with a non-space, is exact for Qwen's
         # own tokenizers: no added token holds a "\n", so added tokens split out alike; NFC
-        # composes nothing with "\n"; in QWEN_PATTERN / QWEN36_PATTERN only whitespace follows a
-        # "\n" inside a pre-token, so none spans the cut, and no alternative looks behind, so the
-        # body pre-tokenises as if alone; the framing does too: the one alternative that could
-        # end otherwise at its end, "\s+(?!\S)", comes after "\s*[\r\n]+", which takes the
-        # trailing whitespace up to the "\n" either way. BPE never merges across pre-tokens.
-        # The closing starts with an added token. tests/counting/test_newline_cut.py checks it.
-        if tokenizer.pattern not in _NL_CUT:
+        # composes nothing with "\n"; in QWEN_PATTERN / QWEN36_PATTERN only whitespace follows
+        # a "\n" inside a pre-token, so none spans the cut, and no alternative looks behind, so
+        # the body pre-tokenises as if alone; the framing does too: the one alternative that
+        # could end otherwise at its end, "\s+(?!\S)", comes after "\s*[\r\n]+", which takes
+        # the trailing whitespace up to the "\n" either way. BPE never merges across
+        # pre-tokens. The closing starts with an added token. tests/counting/test_newline_cut.py
+        # checks it.
+        turns = own and tokenizer.pattern in _NL_CUT
+        cuts = (own and tags, turns, turns and self.template == "qwen3")
+        object.__setattr__(self, "_cuts", cuts)  # decided once: a step asks for each message
+
+    def body(self, message: Message) -> str | None:
+        tool, turn, reply = self._cuts
+        if not isinstance(message.content, str) and message.images:
             return None
+        role = message.role
+        if role == "tool":
+            return _tool_body(message) if tool else None
         if role == "assistant":
-            return qwen3_reply_body(message) if self.template == "qwen3" else None
+            return qwen3_reply_body(message) if reply else None
+        if not turn:
+            return None
         text = message_text(message)
         return text if text and not text[0].isspace() else None
 

@@ -143,6 +143,10 @@ class Request:
     messages: tuple[Message, ...] = ()
     max_output_tokens: int | None = None
     model: str | None = None
+    _extends: tuple[Message, ...] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    """The messages this request was made from by ``append``: its messages start with them."""
 
     def with_messages(self, messages: tuple[Message, ...]) -> Request:
         """The same request with other messages."""
@@ -153,6 +157,22 @@ class Request:
             max_output_tokens=self.max_output_tokens,
             model=self.model,
         )
+
+    def append(self, *messages: Message) -> Request:
+        """The same request with ``messages`` added at the end.
+
+        The result knows what it extends, so an incremental counter that counted this request
+        skips comparing the history message by message (a cost that grows with it).
+        """
+        request = self.with_messages((*self.messages, *messages))
+        object.__setattr__(request, "_extends", self.messages)
+        return request
+
+
+def extends(request: Request, messages: tuple[Message, ...]) -> bool:
+    """True when ``request.messages`` is known to start with ``messages`` without comparing
+    them: ``request`` was made by ``append`` from a request holding that very tuple."""
+    return request._extends is messages
 
 
 def same(a: object, b: object) -> bool:
