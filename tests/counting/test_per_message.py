@@ -13,7 +13,8 @@ from ctxbudget.messages.model import Message, Request
 def test_a_view_reads_as_the_tuple_it_stands_for() -> None:
     counts = [5, 7, 9]
     view = PerMessage(counts, 3, 12)  # the last count lent 3 more
-    assert view == (5, 7, 12) and (5, 7, 12) == view and view != (5, 7, 9)
+    expected = (5, 7, 12)
+    assert view == expected and expected == view and view != (5, 7, 9)  # both ways round
     assert view != [5, 7, 12]  # as a tuple: not equal to a list
     assert hash(view) == hash((5, 7, 12)) and repr(view) == "(5, 7, 12)"
     assert len(view) == 3 and list(view) == [5, 7, 12] and sum(view) == 24
