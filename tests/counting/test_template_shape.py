@@ -11,12 +11,14 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+import ctxbudget.counting.template_count as template_count
 from ctxbudget.counting import RequestCounter, count_request
 from ctxbudget.counting.hf import load_folder_template, render_template
+from ctxbudget.counting.sandbox import Limits
 from ctxbudget.counting.template_build import ShapeTexts, splitter
 from ctxbudget.counting.template_loop import FakeLoop, plan_loop
 from ctxbudget.errors import InputError
-from ctxbudget.messages.model import Message, Request
+from ctxbudget.messages.model import Message, Request, ToolCall
 from ctxbudget.tokens.registry import ExactTokenizer, get_tokenizer
 
 LIMIT = 10**7
@@ -219,3 +221,34 @@ def test_a_llama3_step_with_proven_texts_equals_a_fresh_count(
         history = (*history, Message(role=role, content=f"{text} {i}" if text else ""))  # type: ignore[arg-type]
         request = Request(system="Be brief.", messages=history)
         assert stepped.count(request) == count_request(request, counter)
+
+
+def test_a_llama3_step_runs_jinja_only_for_a_message_it_cannot_prove(
+    hf_folder: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new turn, reply or tool result is built from its shape (no template code runs, so no
+    sandboxed run either); a reply with a tool call is not proven, and Jinja renders it."""
+    counter = f"hf:{hf_folder('llama3-cl100k')}"
+    runs: list[object] = []
+    real = template_count.run_bounded
+
+    def recording(call: Callable[[], object], limits: Limits) -> object:
+        runs.append(call)
+        return real(call, limits)
+
+    monkeypatch.setattr(template_count, "run_bounded", recording)
+    stepped = RequestCounter(counter)
+    history: tuple[Message, ...] = (Message(role="user", content="list the files"),)
+    stepped.count(Request(system="Be brief.", messages=history))
+    call = ToolCall(id="c1", name="ls", arguments='{"path": "."}')
+    for message, jinja in [
+        (Message(role="assistant", content="", tool_calls=(call,)), True),
+        (Message(role="tool", content="a.py\nb.py", tool_call_id="c1"), False),
+        (Message(role="assistant", content="Two files."), False),
+        (Message(role="user", content="and now?"), False),
+    ]:
+        history = (*history, message)
+        request = Request(system="Be brief.", messages=history)
+        runs.clear()
+        assert stepped.count(request) == count_request(request, counter)
+        assert bool(runs) is jinja

@@ -165,7 +165,8 @@ class TemplateScheme:
         if not pieces:
             return 0, (False, False)
         is_cut = self.tokenizer.is_cut_token
-        return self._total(pieces, cache), (is_cut(pieces[0]), is_cut(pieces[-1]))
+        tokens = sum(map(self._cached(pieces, cache).__getitem__, pieces))  # _total, inline
+        return tokens, (is_cut(pieces[0]), is_cut(pieces[-1]))
 
     def _counts(self, pieces: list[str], cache: PieceCache) -> list[int]:
         """Each piece's count: from the cache, the new ones tokenised in one batch."""

@@ -331,7 +331,8 @@ class LoopMemo:
         empty text (a system prompt the head renders) is no text: the seam is between the
         non-empty texts around it."""
         texts, edges = self.texts, self.edges
-        self.bad = {i for i in self.bad if i < n}
+        if self.bad:
+            self.bad = {i for i in self.bad if i < n}
         todo = set(changed)
         for c in changed:
             if c + 1 not in todo:  # the next non-empty text now meets another one
