@@ -1,9 +1,5 @@
-"""A message's loop text, and its pieces, from its proven shape: no Jinja and no scan.
-
-``template_shape`` proves what a body renders for each shape of message; here each proven shape
-gets a function of the content that gives the text, and cuts it into the pieces the tokenizer
-would (``ExactTokenizer.pieces``) from the literal parts' own pieces, cut once.
-"""
+"""A message's loop text and its pieces from its proven shape (``template_shape``): a function of
+its content per shape, the literal parts cut into pieces once, so neither Jinja nor a scan runs."""
 
 from __future__ import annotations
 

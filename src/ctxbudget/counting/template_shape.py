@@ -1,13 +1,6 @@
-"""Prove from a loop body's AST what it renders for a message, as text around its content.
-
-A message's shape is what the loop body can read of it: the fields it names (``message.role``,
-``'tool_calls' in message``), whether its content is empty, its ``loop.first`` / ``loop.last``.
-For each shape the body's path is walked once over its AST: every test must be decided by the
-shape and every output be literal text or the content through a known function (``trim``,
-``tojson``, ``lstrip``). Messages of one shape then render as the same text around their own
-content (``template_build`` builds them). A path that does anything else (a test on the
-content's text, a call, a loop, a neighbour) proves nothing: its messages are rendered by Jinja.
-"""
+"""Prove from a loop body's AST what it renders for each shape of message (the fields it reads,
+whether its content is empty, its position flags): literal text around the content through known
+functions, every test decided by the shape. Unproven shapes are rendered by Jinja."""
 
 from __future__ import annotations
 
@@ -178,7 +171,9 @@ def _merged(parts: list[str | Content]) -> tuple[str | Content, ...]:
 
 
 class _Walker:
-    """One walk of the body for one shape: each node evaluated as Jinja would, or refused."""
+    """One walk of the body for one shape: each node on its path evaluated as Jinja would, or
+    refused. Every value a test reads comes from the shape, so all messages of the shape take
+    this path, and their texts differ only where the content is printed."""
 
     def __init__(
         self, rule: BodyShapes, message: dict[str, Any], i: int, n: int, outer: dict[str, Any]
@@ -219,7 +214,7 @@ class _Walker:
         return text
 
     def _text(self, parts: tuple[str | Content, ...]) -> _Text:
-        """A content-derived value, counted for the size bound (``Shape.text``)."""
+        """A content-derived value, counted for the size bound (``Shape.values``)."""
         for part in parts:
             if type(part) is str:
                 self.fixed += len(part)
