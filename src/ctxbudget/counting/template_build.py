@@ -14,7 +14,8 @@ from ctxbudget.counting.template_shape import BodyShapes, Content, Shape
 from ctxbudget.tokens.registry import ExactTokenizer
 
 MAX_PREFIX_CHARS = 200_000
-"""Added tokens' characters past which no ``Splitter`` is made (its prefix set grows with them)."""
+"""Added tokens' characters past which a ``Splitter`` cuts nothing (its prefix set grows with
+them): a proven text's pieces are then found by a scan."""
 MAX_SHAPES = 256
 """Shapes kept per loop; past it, new shapes go to Jinja (a field read by value, unique per
 message, would otherwise learn a shape per message)."""
@@ -43,10 +44,13 @@ class Splitter:
         starts = sorted({t[0] for t in tokens})
         self.start = starts[0] if len(starts) == 1 else None
         self.find = re.compile(f"[{''.join(map(re.escape, starts))}]").search if starts else None
-        self.open = (
-            frozenset(t[:k] for t in tokens for k in range(1, len(t))) if self.usable else ()
-        )
         self.longest = max(map(len, tokens), default=0)
+        self._tokens = tokens
+
+    @functools.cached_property
+    def open(self) -> frozenset[str]:
+        """Every proper prefix of an added token, made when a first shape is cut."""
+        return frozenset(t[:k] for t in self._tokens for k in range(1, len(t)))
 
     def cuts(self, parts: tuple[str | Content, ...]) -> tuple[Cut, ...] | None:
         """Each part's ``Cut``; None when a literal's end could begin a token (or no splitter)."""
