@@ -81,6 +81,11 @@ def _max_value() -> int:
     return value
 
 
+def value_limit() -> int:
+    """The longest string a template may build now: the running render's, else the default."""
+    return _max_value()
+
+
 def _refuse(what: str) -> SecurityError:
     return SecurityError(f"{what} exceeds the template sandbox's limits")
 
@@ -166,6 +171,11 @@ def _check_join(separator: Any, items: Any) -> None:
 
 _CONTEXTS = (Context, EvalContext, Environment)
 _DICT_ATTRIBUTES = frozenset(dir(dict))
+
+
+def dict_attribute(name: str) -> bool:
+    """True when ``message.NAME`` gives a dict's own attribute (``items``), not its key."""
+    return name in _DICT_ATTRIBUTES
 
 
 def _bounded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from ctxbudget.counting.hf import (
 )
 from ctxbudget.counting.result import RequestCount
 from ctxbudget.counting.sandbox import Limits, run_bounded
+from ctxbudget.counting.template_build import splitter
 from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allowed, unobserved
 from ctxbudget.counting.template_input import message_dict, template_tools
 from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
@@ -153,14 +154,19 @@ class TemplateScheme:
     def _tokens(self, text: str, cache: PieceCache) -> int:
         return self._total(self.tokenizer.pieces(text), cache)
 
-    def _measure(self, text: str, cache: PieceCache) -> tuple[int, tuple[bool, bool]]:
+    def _measure(
+        self, text: str, cache: PieceCache, pieces: list[str] | None = None
+    ) -> tuple[int, tuple[bool, bool]]:
         """Tokens of ``text``, and whether its first / last piece is an added token cut at
-        (as the tokenizer splits ``text``: a token it takes inside a longer one is not)."""
-        pieces = self.tokenizer.pieces(text)
+        (as the tokenizer splits ``text``: a token it takes inside a longer one is not);
+        ``pieces``: ``text`` already split."""
+        if pieces is None:
+            pieces = self.tokenizer.pieces(text)
         if not pieces:
             return 0, (False, False)
         is_cut = self.tokenizer.is_cut_token
-        return self._total(pieces, cache), (is_cut(pieces[0]), is_cut(pieces[-1]))
+        tokens = sum(map(self._cached(pieces, cache).__getitem__, pieces))  # _total, inline
+        return tokens, (is_cut(pieces[0]), is_cut(pieces[-1]))
 
     def _counts(self, pieces: list[str], cache: PieceCache) -> list[int]:
         """Each piece's count: from the cache, the new ones tokenised in one batch."""
@@ -185,14 +191,14 @@ class TemplateScheme:
         messages = cache.template_messages(request)
         tools = cache.template_tools(request)
         source = self.source(tools)
-        limits = Limits(input_chars=cache.input_chars(request))
+        chars = cache.input_chars(request)  # the sandbox's limits grow with the input
         plan = plan_loop(source) if self.memoise_loop else None
         if plan is not None:
-            counted = self._count_by_loop(plan, source, request, messages, tools, cache, limits)
+            counted = self._count_by_loop(plan, source, request, messages, tools, cache, chars)
             if counted is not None:
                 return counted
         head = messages[:1] if request.system else []
-        full = self.render(messages, tools, source=source, limits=limits)
+        full = self.render(messages, tools, source=source, limits=Limits(input_chars=chars))
         pieces = self.tokenizer.pieces(full)
         counts = self._counts(pieces, cache)
         is_token = [self.tokenizer.is_cut_token(p) for p in pieces]
@@ -212,24 +218,31 @@ class TemplateScheme:
         messages: list[dict[str, Any]],
         tools: Any,
         cache: PieceCache,
-        limits: Limits,
+        chars: int,
     ) -> RequestCount | None:
         """The count with the message loop memoised; None when the loop's parts cannot be
-        counted apart (a part that meets its neighbour without an added token between)."""
+        counted apart (a part that meets its neighbour without an added token between).
+        ``chars``: the input's size, for the sandbox's limits (made only when Jinja runs)."""
         memo = cache.loops.get(source)
         if memo is None:
             memo = cache.loops[source] = LoopMemo()
-            memo.run = memo.callback(plan, lambda text: self._measure(text, cache))
+            memo.run = memo.callback(
+                plan,
+                lambda text, pieces: self._measure(text, cache, pieces),
+                splitter(self.tokenizer),
+            )
         run = memo.run
         frame = memo.frame
         if frame is not None and frame.reusable(messages, tools, strftime_now):
             # The head and tail would render as last time: run the loop alone.
             loop_input = frame.loop_input(messages, cache.suffix)
-            body, outer = frame.body, list(frame.outer)
-            run_template_code(
-                lambda: run_bounded(lambda: run(loop_input, body, outer, kept=True), limits)
-            )
+
+            def guard(call: Callable[[], None]) -> None:
+                run_template_code(lambda: run_bounded(call, Limits(input_chars=chars)))
+
+            run(loop_input, frame.body, list(frame.outer), kept=True, guard=guard)
         else:
+            limits = Limits(input_chars=chars)
             frame = self._render_frame(plan, source, messages, tools, cache, limits, run)
             if frame is None:
                 return None

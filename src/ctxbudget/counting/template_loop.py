@@ -4,7 +4,8 @@ Most templates are a head, one ``{% for message in messages %}`` whose body read
 message, its position (``loop.index0``, ``loop.first``, ``loop.last`` ...), near neighbours
 (``messages[loop.index0 + 1]``) and variables set before the loop, then a tail. Such a template
 is rewritten so the loop calls back into Python with its body as a macro: a message whose inputs
-cannot have changed keeps its text and count, so a step renders and tokenises what changed.
+cannot have changed keeps its text and count, so a step renders and tokenises what changed; a
+message whose text the body's AST proves (``template_shape``) is not rendered at all.
 Other templates are rendered whole (``TemplateScheme``'s general path).
 """
 
@@ -15,6 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxbudget.counting.sandbox import value_limit
+from ctxbudget.counting.template_build import ShapeTexts, Splitter
+from ctxbudget.counting.template_shape import BodyShapes, body_shapes
 from ctxbudget.messages.model import same
 
 LOOP_MARKER = "\ue000ctxbudget-loop\ue001"  # private-use characters: never in a template
@@ -46,6 +50,8 @@ class LoopPlan:
     """Where the template's use of ``messages | length`` can change: every use compares it with
     one of these constants (``!= 0``), 0 and 1 included for a bare ``if messages``; None when
     a use is anything else (printed, added to), so the exact length matters."""
+    shapes: BodyShapes | None = None
+    """The body, for building a message's text without Jinja (``template_shape``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +192,7 @@ def plan_loop(source: str) -> LoopPlan | None:
         outer, attrs, before, after = _analyse(loop.body, loop.target.name)
     except ValueError:
         return None
+    shapes = body_shapes(env, loop.body, loop.target.name, outer)
     params = [nodes.Name(n, "param") for n in (loop.target.name, "loop", "messages", *outer)]
     macro = nodes.Macro(_BODY, params, [], loop.body)
     args: list[nodes.Expr] = [nodes.Name("messages", "load"), nodes.Name(_BODY, "load")]
@@ -203,7 +210,14 @@ def plan_loop(source: str) -> LoopPlan | None:
     )
     cuts = _length_cuts(tree)
     return LoopPlan(
-        template, outer, attrs, before, after, deterministic=not random, length_cuts=cuts
+        template,
+        outer,
+        attrs,
+        before,
+        after,
+        deterministic=not random,
+        length_cuts=cuts,
+        shapes=shapes,
     )
 
 
@@ -261,14 +275,26 @@ class LoopMemo:
     def callback(
         self,
         plan: LoopPlan,
-        measure: Callable[[str], tuple[int, tuple[bool, bool]]],
+        measure: Callable[[str, list[str] | None], tuple[int, tuple[bool, bool]]],
+        splitter: Splitter | None = None,
     ) -> Callable[..., str]:
         """The ``ctxbudget_loop`` function the rewritten template calls; ``measure`` gives a
-        text's token count and whether it starts / ends with an added token cut at. A caller
+        text's token count (from its pieces, when known) and whether it starts / ends with an
+        added token cut at; ``splitter`` cuts the texts built from a proven shape. A caller
         that keeps ``messages`` and changes it later says ``kept=True``: the memo then copies
-        what changed into its own list instead of keeping ``messages``."""
+        what changed into its own list instead of keeping ``messages``. A caller outside a
+        render passes ``guard``, which runs the bodies Jinja must render within the sandbox's
+        bounds (texts built from a proven shape need none)."""
 
-        def run(messages: list[Any], body: Any, outer: list[Any], kept: bool = False) -> str:
+        shapes = ShapeTexts(plan.shapes, splitter) if plan.shapes is not None else None
+
+        def run(
+            messages: list[Any],
+            body: Any,
+            outer: list[Any],
+            kept: bool = False,
+            guard: Callable[[Callable[[], None]], None] | None = None,
+        ) -> str:
             start = self._first_stale(plan, messages, outer)
             self.outer = None  # until this render ends: a template that fails midway (its
             n = len(messages)  # raise_exception) leaves texts the next render must redo
@@ -277,12 +303,10 @@ class LoopMemo:
                 del self.texts[n:], self.counts[n:], self.edges[n:]
             early = range(min(plan.before, start))  # messages[-1] of the first ones wraps
             changed = [*early, *range(start, n)]
+            made = _texts(plan, shapes, changed, messages, body, outer, guard)
             texts, counts, edges = self.texts, self.counts, self.edges
-            looks = bool(plan.loop_attrs)  # a body that never reads ``loop`` needs none
-            for i in changed:
-                loop = FakeLoop(i, n, messages) if looks else None
-                text = str(body(messages[i], loop, messages, *outer))
-                tokens, edge = measure(text)
+            for i, (text, pieces) in zip(changed, made, strict=True):
+                tokens, edge = measure(text, pieces)
                 if i < len(texts):
                     self.total += tokens - counts[i]
                     texts[i], counts[i], edges[i] = text, tokens, edge
@@ -307,7 +331,8 @@ class LoopMemo:
         empty text (a system prompt the head renders) is no text: the seam is between the
         non-empty texts around it."""
         texts, edges = self.texts, self.edges
-        self.bad = {i for i in self.bad if i < n}
+        if self.bad:
+            self.bad = {i for i in self.bad if i < n}
         todo = set(changed)
         for c in changed:
             if c + 1 not in todo:  # the next non-empty text now meets another one
@@ -379,6 +404,37 @@ class LoopMemo:
         if "last" in plan.loop_attrs and len(old) != len(messages):
             start = min(start, len(old) - 1)
         return max(start, 0)
+
+
+def _texts(
+    plan: LoopPlan,
+    shapes: ShapeTexts | None,
+    changed: list[int],
+    messages: list[Any],
+    body: Any,
+    outer: list[Any],
+    guard: Callable[[Callable[[], None]], None] | None,
+) -> list[tuple[str, list[str] | None]]:
+    """The loop texts of the ``changed`` positions, with their pieces where a proven shape
+    gives them; a message with no proven shape is rendered by Jinja (within ``guard``)."""
+    n = len(messages)
+    made: list[tuple[str, list[str] | None] | None] = [None] * len(changed)
+    if shapes is not None:
+        shapes.use(outer)
+        limit = value_limit()
+        made = [shapes.text(messages[i], i, n, limit) for i in changed]
+    if None in made:
+        slow = [k for k, text in enumerate(made) if text is None]
+        looks = bool(plan.loop_attrs)  # a body that never reads ``loop`` needs none
+
+        def render() -> None:
+            for k in slow:
+                i = changed[k]
+                loop = FakeLoop(i, n, messages) if looks else None
+                made[k] = (str(body(messages[i], loop, messages, *outer)), None)
+
+        render() if guard is None else guard(render)
+    return made  # type: ignore[return-value]
 
 
 def _starts_with(new: list[Any], old: list[Any], common: int) -> bool:

@@ -172,6 +172,11 @@ class ExactTokenizer:
         """True when ``piece`` is an added token that :meth:`pieces` cuts at."""
         return self._boundary is not None and piece in self._boundary.cuts
 
+    @property
+    def added_tokens(self) -> frozenset[str]:
+        """Every added token :meth:`pieces` matches; empty when it never cuts."""
+        return self._boundary.tokens if self._boundary is not None else frozenset()
+
     def pieces(self, text: str) -> list[str]:
         """``text`` cut before and after each added token that no neighbour can change.
 
@@ -206,6 +211,8 @@ class Boundary:
 
     pattern: re.Pattern[str]
     cuts: frozenset[str]
+    tokens: frozenset[str] = frozenset()
+    """Every added token the pattern matches (``cuts`` and those it takes whole)."""
 
 
 MAX_TRIE_TOKEN = 256
@@ -223,7 +230,7 @@ def token_boundary(cut: Iterable[str], every: Iterable[str] = ()) -> Boundary | 
     # A trie nests a group per character where tokens part; real added tokens are short.
     short = max(map(len, tokens)) <= MAX_TRIE_TOKEN
     pattern = trie_pattern(tokens) if short else alternation_pattern(tokens)
-    return Boundary(re.compile(pattern), cuts)
+    return Boundary(re.compile(pattern), cuts, frozenset(tokens))
 
 
 def alternation_pattern(tokens: Iterable[str]) -> str:
