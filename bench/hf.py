@@ -14,11 +14,12 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import counting as counting_bench  # bench/counting.py, beside this script
-from ctxbudget.counting import RequestCounter, count_request
+from ctxbudget.counting import PerMessage, RequestCount, RequestCounter, count_request
 from ctxbudget.counting.template_input import message_text, template_messages
-from ctxbudget.messages.model import Message, Request, ToolSpec
+from ctxbudget.messages.model import Message, Request, ToolSpec, extends
 from ctxbudget.replay.importers import load_trace
 from ctxbudget.tokens.registry import get_tokenizer
 
@@ -186,6 +187,99 @@ def real_step_rows(counters: dict[str, str]) -> list[str]:
     return lines
 
 
+class AppendFloor:
+    """The least an append step can do in Python, for comparison only: each message framed as a
+    plain Qwen turn, no flags, no pivot, no tools, the history proven by ``Request.append``;
+    a new message's text tokenised alone. Exact for none of the requests here (no empty
+    ``<think>`` blocks): it shows the floor, not a count. ``stem``'s counts are kept, so a
+    request appended to it is counted from them."""
+
+    def __init__(self, stem: Request) -> None:
+        self.tokenizer = get_tokenizer("qwen3")
+        self.stem = stem.messages
+        self.stem_counts = [self._one(m) for m in self.stem]
+        self.messages: tuple[Message, ...] = ()
+        self.counts: list[int] = []
+        self.total = 0
+
+    def _one(self, message: Message) -> int:
+        return len(self.tokenizer.encode(message_text(message), special=True)) + 5
+
+    def count(self, request: Request) -> RequestCount:
+        messages = request.messages
+        if not extends(request, self.messages):
+            assert extends(request, self.stem)
+            self.messages, self.counts = self.stem, list(self.stem_counts)
+            self.total = sum(self.counts)
+        for message in messages[len(self.messages) :]:
+            self.counts.append(self._one(message))
+            self.total += self.counts[-1]
+        self.messages = messages
+        return RequestCount(
+            counter="floor",
+            kind="estimate",
+            total=self.total,
+            system=0,
+            tools=0,
+            messages=self.total,
+            per_message=PerMessage(self.counts, len(self.counts), self.counts[-1]),
+            floor=0,
+        )
+
+
+def floor_rows(repeat: int = 301) -> list[str]:
+    """qwen3's step and AppendFloor's against tokenising alone, taking turns in one loop; each
+    after counting a previous request (the history with its last message new), as in ``step``."""
+    lines = [
+        "",
+        "## The floor: qwen3's step vs the least an append step can do in Python",
+        "",
+        "`AppendFloor` (bench/hf.py): no flags, pivot or tools, not exact; steps taken in turn",
+        "with qwen3's and with tokenising alone, in one loop.",
+        "",
+        "| appended | history tokens | qwen3 step | floor step | alone | qwen3 | floor |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    tokenizer = get_tokenizer("qwen3")
+    for size in (10_000, 1_000_000):
+        even = conversation(size)
+        for kind, base in (("user turn", even), ("reply", even.with_messages(even.messages[:-1]))):
+            role = "assistant" if base.messages[-1].role == "user" else "user"
+            stem, last = base.with_messages(base.messages[:-1]), base.messages[-1]
+            qwen3 = RequestCounter("qwen3")
+            sides: dict[str, Any] = {"qwen3": qwen3, "floor": AppendFloor(stem)}
+            took: dict[str, list[float]] = {"qwen3": [], "floor": [], "alone": []}
+
+            def before(tag: str, stem: Request = stem, last: Message = last) -> Request:
+                return stem.append(replace(last, content=f"{tag} {message_text(last)}"))
+
+            gc.collect()
+            gc.disable()
+            try:
+                for i in range(repeat):
+                    for name, counter in sides.items():
+                        previous = before(f"{i}{name}")
+                        new = previous.append(Message(role=role, content=f"{i}{name} {NEW}"))
+                        counter.count(previous)
+                        start = time.perf_counter()
+                        counter.count(new)
+                        took[name].append(time.perf_counter() - start)
+                    qwen3.count(before(f"{i}alone"))
+                    text = f"{i}alone {NEW}"
+                    start = time.perf_counter()
+                    tokenizer.encode(text, special=True)
+                    took["alone"].append(time.perf_counter() - start)
+            finally:
+                gc.enable()
+            q, f, a = (statistics.median(took[k][10:]) for k in ("qwen3", "floor", "alone"))
+            lines.append(
+                f"| {kind} (~110 tokens) | {size:,} | {q * 1e6:.1f} us | {f * 1e6:.1f} us |"
+                f" {a * 1e6:.1f} us | {q / a:.2f}x | {f / a:.2f}x |"
+            )
+            print(lines[-1], flush=True)
+    return lines
+
+
 def full_counts(name: str, path: Path, label: str) -> list[str]:
     """ctxbudget vs transformers on one folder, equal counts asserted."""
     from transformers import AutoTokenizer
@@ -259,6 +353,7 @@ def main() -> None:
                     )
                     print(lines[-1], flush=True)
         lines += real_step_rows(counters)
+        lines += floor_rows()
     (HERE / "hf.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

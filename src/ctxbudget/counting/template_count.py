@@ -30,7 +30,7 @@ from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allo
 from ctxbudget.counting.template_input import message_dict, template_tools
 from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
 from ctxbudget.errors import InputError
-from ctxbudget.messages.model import Message, Request, common_prefix, same
+from ctxbudget.messages.model import Message, Request, common_prefix, extends, same
 from ctxbudget.tokens.registry import ExactTokenizer
 
 _PLACEHOLDER = "\ue000ctxbudget-cut\ue000"  # private-use characters: never in a template
@@ -69,8 +69,8 @@ class PieceCache:
         """``template_input.template_messages``, reusing the dicts of unchanged messages. The
         list is the same one each step, changed in place (a copy would touch every message):
         whoever keeps its items across steps copies them."""
-        new = request.messages
-        common = common_prefix(self.messages, new)
+        new, old = request.messages, self.messages
+        common = len(old) if extends(request, old) else common_prefix(old, new)
         listed, head = self.listed, len(self.listed) - len(self.dicts)  # 1: a system dict
         del self.dicts[common:], self.chars[common:]
         total = self.chars[-1] if self.chars else 0
