@@ -271,3 +271,59 @@ def test_each_made_template_proves_turns(hf_folder: Callable[[str], Path], name:
     _, outer = _loop(MADE[name], messages)
     shapes = _shapes(MADE[name], tokenizer, outer)
     assert all(shapes.text(m, i, 2, LIMIT) is not None for i, m in enumerate(messages))
+
+
+PRINTED_THRICE = (
+    "{% for m in messages %}{% set c = m.content %}<|start_header_id|>{{ m.role }}"
+    "<|end_header_id|>{{ c }}{{ c }}{{ c }}<|eot_id|>{% endfor %}"
+)
+
+
+def test_a_value_printed_often_counts_each_time_against_the_size_limit(
+    hf_folder: Callable[[str], Path],
+) -> None:
+    """A content set once and printed three times makes a text three times its size: past the
+    sandbox's limit that is Jinja's to refuse, not the shape's to build (found in review)."""
+    tokenizer = get_tokenizer(f"hf:{hf_folder('llama3-cl100k')}")
+    message = {"role": "user", "content": "ab " * 100}
+    _, outer = _loop(PRINTED_THRICE, [message])
+    shapes = _shapes(PRINTED_THRICE, tokenizer, outer)
+    built = shapes.text(message, 0, 1, LIMIT)
+    assert built is not None and built[0].count("ab " * 100) == 3
+    text_size = len(built[0])
+    assert shapes.text(message, 0, 1, 2 * text_size) is not None  # the bound is a sum: above
+    assert shapes.text(message, 0, 1, text_size - 50) is None  # one copy would still fit
+
+
+def test_a_negative_zero_before_the_loop_is_not_the_zero_after_it(
+    hf_folder: Callable[[str], Path],
+) -> None:
+    """``-0.0 == 0.0``, but a template prints them apart: shapes made under one are not reused
+    under the other (found in review)."""
+    source = (
+        "{% set z = (messages|length - 2) * 0.0 %}{% for m in messages %}<|start_header_id|>"
+        "{{ m.role }}<|end_header_id|>{{ z }}{{ m.content }}<|eot_id|>{% endfor %}"
+    )
+    tokenizer = get_tokenizer(f"hf:{hf_folder('llama3-cl100k')}")
+    message = {"role": "user", "content": "hi"}
+    shapes = _shapes(source, tokenizer, [-0.0])
+    assert shapes.text(message, 0, 1, LIMIT) is not None
+    assert "-0.0hi" in shapes.text(message, 0, 1, LIMIT)[0]  # type: ignore[index]
+    shapes.use([0.0])
+    assert "|>0.0hi" in shapes.text(message, 0, 1, LIMIT)[0]  # type: ignore[index]
+
+
+def test_a_splitter_refuses_added_tokens_whose_prefixes_would_not_fit() -> None:
+    """Its prefix set holds every proper prefix: a 20,000-character token would be 200 MB."""
+    tokenizer = get_tokenizer("qwen3")
+    assert splitter(tokenizer).usable  # Qwen3's added tokens are short
+
+    class Long:
+        added_tokens = frozenset({"<" + "x" * 2_000 + ">"})
+        pieces = staticmethod(tokenizer.pieces)
+        is_cut_token = staticmethod(tokenizer.is_cut_token)
+
+    from ctxbudget.counting.template_build import Splitter
+
+    assert not Splitter(Long()).usable  # type: ignore[arg-type]
+    assert Splitter(Long()).cuts(("a",)) is None  # type: ignore[arg-type]

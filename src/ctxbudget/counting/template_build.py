@@ -14,8 +14,10 @@ from ctxbudget.counting.template_shape import BodyShapes, Content, Shape
 from ctxbudget.tokens.registry import ExactTokenizer
 
 MAX_PREFIX_CHARS = 200_000
-"""Added tokens' characters past which a ``Splitter`` cuts nothing (its prefix set grows with
-them): a proven text's pieces are then found by a scan."""
+"""Characters of the added tokens' proper prefixes past which a ``Splitter`` cuts nothing (its
+prefix set holds them all, and a literal's end is looked up once per character of the longest
+token): a proven text's pieces are then found by a scan. Real folders have a few thousand; a
+hostile one with a 20,000-character token would need 200 MB."""
 MAX_SHAPES = 256
 """Shapes kept per loop; past it, new shapes go to Jinja (a field read by value, unique per
 message, would otherwise learn a shape per message)."""
@@ -40,7 +42,7 @@ class Splitter:
         tokens = tokenizer.added_tokens
         self.pieces = tokenizer.pieces
         self.is_cut = tokenizer.is_cut_token
-        self.usable = sum(map(len, tokens)) <= MAX_PREFIX_CHARS
+        self.usable = sum(len(t) * (len(t) - 1) // 2 for t in tokens) <= MAX_PREFIX_CHARS
         starts = sorted({t[0] for t in tokens})
         self.start = starts[0] if len(starts) == 1 else None
         self.find = re.compile(f"[{''.join(map(re.escape, starts))}]").search if starts else None
@@ -213,7 +215,9 @@ def _builder(shape: Shape, splitter: Splitter | None) -> Callable[[str, int], Bu
 
 
 def _same_value(a: Any, b: Any) -> bool:
+    """``a`` renders as ``b`` does: the same type and equal, and for floats the same text too
+    (``-0.0 == 0.0``, but a template prints them apart)."""
     try:
-        return type(a) is type(b) and bool(a == b)
+        return type(a) is type(b) and bool(a == b) and (type(a) is not float or repr(a) == repr(b))
     except Exception:
         return False

@@ -115,7 +115,11 @@ class BodyShapes:
             return None
         except Exception:  # a Known value Python refuses (a comparison, a filter): Jinja decides
             return None
-        return Shape(_merged(out), walker.growth, walker.fixed)
+        parts = _merged(out)
+        # The output is a value too, and prints a value made once as often as the body says.
+        printed = sum(part.growth for part in parts if type(part) is Content)
+        literal = sum(len(part) for part in parts if type(part) is str)
+        return Shape(parts, walker.growth + printed, walker.fixed + literal)
 
 
 def body_shapes(

@@ -211,7 +211,7 @@ class Boundary:
 
     pattern: re.Pattern[str]
     cuts: frozenset[str]
-    tokens: frozenset[str] = frozenset()
+    tokens: frozenset[str]
     """Every added token the pattern matches (``cuts`` and those it takes whole)."""
 
 
