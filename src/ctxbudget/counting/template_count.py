@@ -249,7 +249,7 @@ class TemplateScheme:
             # The head and tail would render as last time: run the loop alone.
             lineage = None
 
-            def suffix(start: int) -> list[dict[str, Any]]:
+            def kept(start: int) -> list[dict[str, Any]]:
                 nonlocal lineage
                 lineage = cache.lineage(start)
                 return cache.suffix(start)
@@ -257,7 +257,7 @@ class TemplateScheme:
             def guard(call: Callable[[], None]) -> None:
                 run_template_code(lambda: run_bounded(call, Limits(input_chars=chars)))
 
-            loop_input = frame.loop_input(messages, suffix)
+            loop_input = frame.loop_input(messages, kept)
             run(loop_input, frame.body, list(frame.outer), kept=True, guard=guard, lineage=lineage)
         else:
             limits = Limits(input_chars=chars)
