@@ -339,7 +339,7 @@ class LoopMemo:
             else:  # a fresh list from the template's call
                 self.items = messages
             self.outer = list(outer)
-            self.state = lineage[0] if lineage is not None else self.state
+            self.state = lineage[0] if kept and lineage is not None else None
             return LOOP_MARKER
 
         return run
