@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from tests.counting.test_hf import _build_folder
 
 from ctxbudget.counting import PerMessage, RequestCounter, count_request
 from ctxbudget.counting.template_loop import LoopMemo, plan_loop
@@ -96,6 +97,20 @@ def test_counts_handed_out_keep_their_breakdown_across_drops_and_edits(
     _exact(RequestCounter(name), name, steps())
 
 
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_a_last_message_made_again_before_a_new_one(
+    folder: str, hf_folder: Callable[[str], Path]
+) -> None:
+    """Neither end of the loop's list changes its object, the one before the last does; with
+    a system prompt the loop may be given the list past it (Llama 3)."""
+    name = f"hf:{hf_folder(folder)}"
+    for system in ("", "Be brief."):
+        first = Request(system=system, messages=(_user("hello"),))
+        kept = first.append(_reply("hi"))
+        again = kept.with_messages((*first.messages, _reply("hi, how can I help?"), _user("x")))
+        _exact(RequestCounter(name), name, [first, kept, again, again.append(_reply("y"))])
+
+
 def test_an_append_step_hands_out_a_view(hf_folder: Callable[[str], Path]) -> None:
     """Llama 3 loops over the messages past the system prompt: the counts are the view's."""
     name = f"hf:{hf_folder('llama3-cl100k')}"
@@ -107,6 +122,18 @@ def test_an_append_step_hands_out_a_view(hf_folder: Callable[[str], Path]) -> No
     assert isinstance(second.per_message, PerMessage)
     assert second == count_request(request.append(_reply("hi"), _user("more")), name)
     assert first == count_request(request, name)
+
+
+def test_a_system_prompt_added_or_dropped_shifts_every_item(tmp_path: Path) -> None:
+    """The head reads nothing of ``messages``: its render is reused and the loop is given the
+    whole list, one item longer or shorter than the last one at the front."""
+    loop = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>{% endfor %}"
+    name = f"hf:{_build_folder(tmp_path / 'plain', loop)}"
+    first = Request(messages=(_user("hello"), _reply("hi there")))
+    kept = first.append(_user("more"))  # the first step that runs the loop alone
+    system = Request(system="Be brief.", messages=kept.messages).append(_reply("sure"))
+    plain = Request(messages=system.messages).append(_user("ok"))
+    _exact(RequestCounter(name), name, [first, kept, system, plain, plain.append(_reply("k"))])
 
 
 def test_lineage_is_taken_only_from_the_state_the_memo_ran_on() -> None:
