@@ -111,6 +111,23 @@ def test_a_last_message_made_again_before_a_new_one(
         _exact(RequestCounter(name), name, [first, kept, again, again.append(_reply("y"))])
 
 
+def test_a_view_gives_the_last_message_its_joined_run_fix(tmp_path: Path) -> None:
+    """No added token between the texts: the last one carries the joined run's fix, and the
+    breakdown still adds up (a full count runs the same code, so it is no oracle here)."""
+    plain = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    name = f"hf:{_build_folder(tmp_path / 'joined', plain)}"
+    counter = RequestCounter(name)
+    request = Request(messages=(_user("The qu"),))
+    for text in ("ick brown", " fox", "ick"):
+        request = request.append(_reply(text))
+        got = counter.count(request)
+        assert isinstance(got.per_message, PerMessage)
+        assert sum(got.per_message) == got.messages == got.total
+        joined = "".join(m.text for m in request.messages)
+        alone = count_request(Request(messages=(_user(joined),)), name)
+        assert got.total == alone.total
+
+
 def test_an_append_step_hands_out_a_view(hf_folder: Callable[[str], Path]) -> None:
     """Llama 3 loops over the messages past the system prompt: the counts are the view's."""
     name = f"hf:{hf_folder('llama3-cl100k')}"
