@@ -23,7 +23,7 @@ from ctxbudget.counting.hf import (
     run_template_code,
     strftime_now,
 )
-from ctxbudget.counting.result import RequestCount
+from ctxbudget.counting.result import PerMessage, RequestCount
 from ctxbudget.counting.sandbox import Limits, run_bounded
 from ctxbudget.counting.template_build import splitter
 from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allowed, unobserved
@@ -64,6 +64,10 @@ class PieceCache:
     tools: list[dict[str, Any]] | None = None
     tools_key: str = "None"
     """``repr(tools)``, kept as ``tools`` changes: the tools' share is cached by it."""
+    version: int = 0
+    """How many times ``template_messages`` has run: each run is a state of ``listed``."""
+    same: int = 0
+    """How many leading items of ``listed`` are the very objects of the state before."""
 
     def template_messages(self, request: Request) -> list[dict[str, Any]]:
         """``template_input.template_messages``, reusing the dicts of unchanged messages. The
@@ -84,12 +88,20 @@ class PieceCache:
         if request.system and (system is None or system["content"] != request.system):
             system = self.system = {"role": "system", "content": request.system}
         heads = [system] if request.system and system is not None else []
+        self.version += 1
         if head != len(heads) or (heads and listed[0] is not system):
             listed[:] = [*heads, *self.dicts]
+            self.same = 0
         else:  # the same system dict each step (template_frame)
             del listed[head + common :]
             listed += self.dicts[common:]
+            self.same = head + common
         return listed
+
+    def lineage(self, start: int) -> tuple[Any, Any, int]:
+        """``LoopMemo``'s ``lineage`` of ``listed[start:]`` now: its state, the state before,
+        and how many of its leading items that one had too."""
+        return (self.version, start), (self.version - 1, start), max(0, self.same - start)
 
     def suffix(self, start: int) -> list[dict[str, Any]]:
         """``listed[start:]``: ``listed`` or ``dicts`` themselves where it is one of them."""
@@ -235,12 +247,18 @@ class TemplateScheme:
         frame = memo.frame
         if frame is not None and frame.reusable(messages, tools, strftime_now):
             # The head and tail would render as last time: run the loop alone.
-            loop_input = frame.loop_input(messages, cache.suffix)
+            lineage = None
+
+            def kept(start: int) -> list[dict[str, Any]]:
+                nonlocal lineage
+                lineage = cache.lineage(start)
+                return cache.suffix(start)
 
             def guard(call: Callable[[], None]) -> None:
                 run_template_code(lambda: run_bounded(call, Limits(input_chars=chars)))
 
-            run(loop_input, frame.body, list(frame.outer), kept=True, guard=guard)
+            loop_input = frame.loop_input(messages, kept)
+            run(loop_input, frame.body, list(frame.outer), kept=True, guard=guard, lineage=lineage)
         else:
             limits = Limits(input_chars=chars)
             frame = self._render_frame(plan, source, messages, tools, cache, limits, run)
@@ -260,7 +278,7 @@ class TemplateScheme:
         lead_tokens = memo.counts[0] if lead else 0
         head_tokens = frame.before_tokens + lead_tokens
         message_tokens = memo.total - lead_tokens + sum(fixes.values())
-        parts = _per_message(memo.counts, lead, max(0, offset - h), frame.after_tokens, fixes)
+        parts = _per_message(memo, lead, max(0, offset - h), frame.after_tokens, fixes)
         if parts:
             message_tokens += frame.after_tokens
         else:
@@ -288,7 +306,7 @@ class TemplateScheme:
             system=system,
             tools=tools_tokens,
             messages=message_tokens,
-            per_message=tuple(parts),
+            per_message=parts if isinstance(parts, tuple | PerMessage) else tuple(parts),
             floor=system + tools_tokens,
         )
 
@@ -407,15 +425,23 @@ class TemplateScheme:
 
 
 def _per_message(
-    counts: list[int], lead: int, zeros: int, after: int, extra: dict[int, int]
-) -> tuple[int, ...]:
-    """Each message's tokens from the loop texts' ``counts`` past the first ``lead`` (the
+    memo: LoopMemo, lead: int, zeros: int, after: int, extra: dict[int, int]
+) -> tuple[int, ...] | PerMessage:
+    """Each message's tokens from the loop texts' counts past the first ``lead`` (the
     system prompt's), after ``zeros`` messages that have no loop text (the head renders them);
     the last message also owns the tail's ``after`` tokens, and the loop text at each position
-    of ``extra`` that many more (a joined run's, at its last). One copy of ``counts``: a step
-    at thousands of messages pays for each."""
-    if len(counts) <= lead:
+    of ``extra`` that many more (a joined run's, at its last). A view of the memo's counts
+    where they are the numbers but the last (the memo then leaves them as they are), else one
+    copy: a step at thousands of messages pays for each."""
+    counts, n = memo.counts, len(memo.counts)
+    if n <= lead:
         return (0,) * (zeros - 1) + (after,) if zeros else ()
+    if not (lead or zeros or extra.keys() - {n - 1}):
+        memo.frozen = max(memo.frozen, n - 1)  # views from earlier steps read theirs
+        return PerMessage(counts, n, counts[-1] + extra.get(n - 1, 0) + after)
+    if memo.frozen:  # counts handed out read them: lend to a copy
+        counts = memo.counts = list(counts)
+        memo.frozen = 0
     lent = {**extra, len(counts) - 1: extra.get(len(counts) - 1, 0) + after}
     for at, tokens in lent.items():  # lent for the copy, given back after it
         counts[at] += tokens

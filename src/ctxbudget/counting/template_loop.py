@@ -267,6 +267,11 @@ class LoopMemo:
     joins: dict[int, tuple[tuple[str, ...], int]] = field(default_factory=dict)
     """Per run of texts joined at such seams, by its first position: its texts and how many
     tokens the joined text has beyond their own counts (``seam_fixes``)."""
+    frozen: int = 0
+    """``counts[:frozen]`` is read by counts handed out (``template_count``): a run that would
+    change it starts a new list, so each count handed out keeps its breakdown."""
+    state: Any = None
+    """The ``lineage`` state of the list the last ``kept`` run was given (None: unknown)."""
     frame: Any = None
     """The last render's head and tail (``template_frame.Frame``), when they may be reused."""
     run: Any = None
@@ -284,7 +289,10 @@ class LoopMemo:
         that keeps ``messages`` and changes it later says ``kept=True``: the memo then copies
         what changed into its own list instead of keeping ``messages``. A caller outside a
         render passes ``guard``, which runs the bodies Jinja must render within the sandbox's
-        bounds (texts built from a proven shape need none)."""
+        bounds (texts built from a proven shape need none). ``lineage`` (a ``kept`` caller's)
+        is ``(state, previous, same)``: ``messages`` is in list state ``state``, and its first
+        ``same`` items are the very objects of state ``previous``; where the last run was
+        given state ``previous``, those are known equal to the kept items without a compare."""
 
         shapes = ShapeTexts(plan.shapes, splitter) if plan.shapes is not None else None
 
@@ -294,12 +302,18 @@ class LoopMemo:
             outer: list[Any],
             kept: bool = False,
             guard: Callable[[Callable[[], None]], None] | None = None,
+            lineage: tuple[Any, Any, int] | None = None,
         ) -> str:
-            start = self._first_stale(plan, messages, outer)
-            self.outer = None  # until this render ends: a template that fails midway (its
-            n = len(messages)  # raise_exception) leaves texts the next render must redo
+            known = 0
+            if lineage is not None and self.state is not None and lineage[1] == self.state:
+                known = lineage[2]
+            start = self._first_stale(plan, messages, outer, known)
+            self.outer = self.state = None  # until this render ends: a template that fails
+            n = len(messages)  # midway (raise_exception) leaves texts the next one must redo
             if n < len(self.counts):
                 self.total -= sum(self.counts[n:])
+                if n < self.frozen:  # counts handed out read them: leave the list to them
+                    self.counts, self.frozen = self.counts[:n], 0
                 del self.texts[n:], self.counts[n:], self.edges[n:]
             early = range(min(plan.before, start))  # messages[-1] of the first ones wraps
             changed = [*early, *range(start, n)]
@@ -307,6 +321,9 @@ class LoopMemo:
             texts, counts, edges = self.texts, self.counts, self.edges
             for i, (text, pieces) in zip(changed, made, strict=True):
                 tokens, edge = measure(text, pieces)
+                if i < self.frozen and tokens != counts[i]:  # as above
+                    counts = self.counts = list(counts)
+                    self.frozen = 0
                 if i < len(texts):
                     self.total += tokens - counts[i]
                     texts[i], counts[i], edges[i] = text, tokens, edge
@@ -322,6 +339,7 @@ class LoopMemo:
             else:  # a fresh list from the template's call
                 self.items = messages
             self.outer = list(outer)
+            self.state = lineage[0] if kept and lineage is not None else None
             return LOOP_MARKER
 
         return run
@@ -389,7 +407,11 @@ class LoopMemo:
         self.joins = joins
         return fixes
 
-    def _first_stale(self, plan: LoopPlan, messages: list[Any], outer: list[Any]) -> int:
+    def _first_stale(
+        self, plan: LoopPlan, messages: list[Any], outer: list[Any], known: int = 0
+    ) -> int:
+        """The first loop position to render again; ``messages[:known]`` are known to be the
+        very items the last run kept (``lineage``)."""
         try:
             same = self.outer is not None and bool(self.outer == outer)
         except Exception:
@@ -398,7 +420,7 @@ class LoopMemo:
             return 0
         old = self.items
         common = min(len(old), len(messages), len(self.texts))
-        if not _starts_with(messages, old, common):  # identity first: the same dicts as before
+        if known < common and not _starts_with(messages, old, common):  # identity first
             common = next(i for i in range(common) if old[i] is not messages[i])
         start = common - plan.after
         if "last" in plan.loop_attrs and len(old) != len(messages):

@@ -1,0 +1,180 @@
+"""A Jinja template's step skips what it can prove unchanged; every count stays exact.
+
+The loop memo takes the message cache's word that a list's leading dicts are those of the
+list it ran on last (``lineage``), and hands out a view of its counts (``PerMessage``) that
+later steps must leave as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from tests.counting.test_hf import _build_folder
+
+from ctxbudget.counting import PerMessage, RequestCounter, count_request
+from ctxbudget.counting.template_loop import LoopMemo, plan_loop
+from ctxbudget.messages.model import Message, Request, ToolSpec
+
+FOLDERS = ("llama3-cl100k", "qwen2.5", "smollm3-template", "hermes-2-pro-template")
+LOOKUP = ToolSpec(
+    name="lookup",
+    description="Look a word up.",
+    parameters={"type": "object", "properties": {"word": {"type": "string"}}},
+)
+
+
+def _user(text: str) -> Message:
+    return Message(role="user", content=text)
+
+
+def _reply(text: str) -> Message:
+    return Message(role="assistant", content=text)
+
+
+def _exact(counter: RequestCounter, name: str, requests: Iterator[Request] | list[Request]) -> None:
+    """Count each request in turn: each equals a full count, then and after every later step."""
+    kept = []
+    for request in requests:
+        got, expected = counter.count(request), count_request(request, name)
+        # Not ``got == expected``: that would copy a view's items before later steps run.
+        assert replace(got, per_message=()) == replace(expected, per_message=())
+        assert [got.per_message[i] for i in range(len(got.per_message))] == list(
+            expected.per_message
+        )
+        kept.append((got, expected))
+    for got, expected in kept:
+        assert tuple(got.per_message) == tuple(expected.per_message)
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_a_memo_skipped_by_a_step_does_not_take_its_word(
+    folder: str, hf_folder: Callable[[str], Path]
+) -> None:
+    """R1 runs the plain loop, R2 (with tools, another template) another memo, R3 extends R2
+    without tools: the plain memo last ran on R1, whose second message R3 does not have."""
+    name = f"hf:{hf_folder(folder)}"
+    r1 = Request(messages=(_user("how are you"), _reply("very well, thank you")))
+    r2 = Request(messages=(r1.messages[0], _reply("not so well today")), tools=(LOOKUP,))
+    r3 = Request(messages=r2.messages).append(_user("why not?"))
+    _exact(RequestCounter(name), name, [r1, r2, r3])
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_a_memo_run_in_between_on_another_list_is_not_told_it_is_unchanged(
+    folder: str, hf_folder: Callable[[str], Path]
+) -> None:
+    """The step's own counter counts a side request between two appends, as a loop does."""
+    name = f"hf:{hf_folder(folder)}"
+    counter = RequestCounter(name)
+    base = Request(system="Be brief.", messages=(_user("first"), _reply("one")))
+    side = Request(system="Be brief.", messages=(_user("other"), _reply("two")))
+    _exact(counter, name, [base, side, base.append(_user("second")), side.append(_user("x"))])
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_counts_handed_out_keep_their_breakdown_across_drops_and_edits(
+    folder: str, hf_folder: Callable[[str], Path]
+) -> None:
+    name = f"hf:{hf_folder(folder)}"
+
+    def steps() -> Iterator[Request]:
+        request = Request(messages=(_user("start"),))
+        for i in range(6):
+            request = request.append(_reply(f"reply {i}") if i % 2 == 0 else _user(f"ask {i}"))
+            yield request
+        yield (request := request.with_messages(request.messages[:3]))  # below the view
+        yield (request := request.with_messages(request.messages[:2]))  # to its last
+        longer = _reply("a reply made again, and longer than before")
+        yield (request := request.with_messages((request.messages[0], longer)))
+        summary = _user("Summary of the conversation so far, in a few words")
+        yield (request := request.with_messages((summary, *request.messages[1:])))
+        yield (request := request.append(_user("")))
+        yield request.with_messages(request.messages[:1])
+
+    _exact(RequestCounter(name), name, steps())
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_a_last_message_made_again_before_a_new_one(
+    folder: str, hf_folder: Callable[[str], Path]
+) -> None:
+    """Neither end of the loop's list changes its object, the one before the last does; with
+    a system prompt the loop may be given the list past it (Llama 3)."""
+    name = f"hf:{hf_folder(folder)}"
+    for system in ("", "Be brief."):
+        first = Request(system=system, messages=(_user("hello"),))
+        kept = first.append(_reply("hi"))
+        again = kept.with_messages((*first.messages, _reply("hi, how can I help?"), _user("x")))
+        _exact(RequestCounter(name), name, [first, kept, again, again.append(_reply("y"))])
+
+
+def test_a_view_gives_the_last_message_its_joined_run_fix(tmp_path: Path) -> None:
+    """No added token between the texts: the last one carries the joined run's fix, and the
+    breakdown still adds up (a full count runs the same code, so it is no oracle here)."""
+    plain = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    name = f"hf:{_build_folder(tmp_path / 'joined', plain)}"
+    counter = RequestCounter(name)
+    request = Request(messages=(_user("The qu"),))
+    for text in ("ick brown", " fox", "ick"):
+        request = request.append(_reply(text))
+        got = counter.count(request)
+        assert isinstance(got.per_message, PerMessage)
+        assert sum(got.per_message) == got.messages == got.total
+        joined = "".join(m.text for m in request.messages)
+        alone = count_request(Request(messages=(_user(joined),)), name)
+        assert got.total == alone.total
+
+
+def test_an_append_step_hands_out_a_view(hf_folder: Callable[[str], Path]) -> None:
+    """Llama 3 loops over the messages past the system prompt: the counts are the view's."""
+    name = f"hf:{hf_folder('llama3-cl100k')}"
+    counter = RequestCounter(name)
+    request = Request(system="Be brief.", messages=(_user("hello"),))
+    first = counter.count(request)
+    second = counter.count(request.append(_reply("hi"), _user("more")))
+    assert isinstance(first.per_message, PerMessage)
+    assert isinstance(second.per_message, PerMessage)
+    assert second == count_request(request.append(_reply("hi"), _user("more")), name)
+    assert first == count_request(request, name)
+
+
+def test_a_system_prompt_added_or_dropped_shifts_every_item(tmp_path: Path) -> None:
+    """The head reads nothing of ``messages``: its render is reused and the loop is given the
+    whole list, one item longer or shorter than the last one at the front."""
+    loop = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>{% endfor %}"
+    name = f"hf:{_build_folder(tmp_path / 'plain', loop)}"
+    first = Request(messages=(_user("hello"), _reply("hi there")))
+    kept = first.append(_user("more"))  # the first step that runs the loop alone
+    system = Request(system="Be brief.", messages=kept.messages).append(_reply("sure"))
+    plain = Request(messages=system.messages).append(_user("ok"))
+    _exact(RequestCounter(name), name, [first, kept, system, plain, plain.append(_reply("k"))])
+
+
+def test_lineage_is_taken_only_from_the_state_the_memo_ran_on() -> None:
+    """A memo told that a list keeps the items of a state it never ran on compares anyway."""
+    plan = plan_loop("{% for m in messages %}[{{ m['content'] }}]{% endfor %}")
+    assert plan is not None
+
+    def texts(*runs: tuple[list[dict[str, str]], object]) -> list[str]:
+        memo = LoopMemo()
+        memo.run = memo.callback(plan, lambda text, pieces: (len(text), (False, False)))
+        for items, lineage in runs:
+            memo.run(items, _echo, [], kept=True, lineage=lineage)
+        return memo.texts
+
+    first = [{"content": "a"}, {"content": "b"}]
+    other = [first[0], {"content": "c"}]
+    fresh = texts((other, None))
+    assert texts((first, ((1, 0), (0, 0), 0)), (other, ((5, 0), (4, 0), 2))) == fresh
+    assert texts((first, ((1, 0), (0, 0), 0)), (first, None), (other, ((2, 0), (1, 0), 2))) == fresh
+    longer = [*other, {"content": "d"}]
+    assert texts((other, ((1, 0), (0, 0), 0)), (longer, ((2, 0), (1, 0), 2))) == texts(
+        (longer, None)
+    )
+
+
+def _echo(message: dict[str, str], loop: object, messages: object) -> str:
+    return f"[{message['content']}]"
