@@ -16,6 +16,7 @@ from tests.counting.test_hf import _build_folder
 
 from ctxbudget.counting import PerMessage, RequestCounter, count_request
 from ctxbudget.counting.template_loop import LoopMemo, plan_loop
+from ctxbudget.errors import InputError
 from ctxbudget.messages.model import Message, Request, ToolSpec
 
 FOLDERS = ("llama3-cl100k", "qwen2.5", "smollm3-template", "hermes-2-pro-template")
@@ -178,3 +179,37 @@ def test_lineage_is_taken_only_from_the_state_the_memo_ran_on() -> None:
 
 def _echo(message: dict[str, str], loop: object, messages: object) -> str:
     return f"[{message['content']}]"
+
+
+def test_a_step_that_fails_outside_jinja_fails_as_a_fresh_count_does(
+    hf_folder: Callable[[str], Path],
+) -> None:
+    """A text the tokenizer refuses (a lone surrogate) on a proven shape, built without Jinja:
+    one line, the InputError a fresh count gives, not the tokenizer's own error (review)."""
+    name = f"hf:{hf_folder('llama3-cl100k')}"
+    counter = RequestCounter(name)
+    request = Request(messages=(_user("hi"),))
+    counter.count(request)
+    bad = request.append(_reply("x\ud800y"))
+    with pytest.raises(InputError, match="chat template failed"):
+        count_request(bad, name)
+    with pytest.raises(InputError, match="chat template failed"):
+        counter.count(bad)
+    assert counter.count(request.append(_reply("fine"))) == count_request(
+        request.append(_reply("fine")), name
+    )
+
+
+def test_a_negative_zero_set_before_the_loop_is_rendered_again_as_zero(tmp_path: Path) -> None:
+    """``-0.0 == 0.0`` but prints apart: a body reading such a value renders again when it
+    turns (the memo compared the values with ``==``; review)."""
+    template = (
+        "{% set z = (messages|length - 2) * 0.0 %}{% for m in messages %}<|im_start|>"
+        "{{ m.role }}\n{{ z }}{{ m.content }}<|im_end|>\n{% endfor %}"
+    )
+    name = f"hf:{_build_folder(tmp_path / 'zero', template)}"
+    counter = RequestCounter(name)
+    request = Request(messages=(_user("hi"),))
+    assert counter.count(request) == count_request(request, name)  # -0.0
+    grown = request.append(_reply("yo"), _user("again"))
+    assert counter.count(grown) == count_request(grown, name)  # 0.0

@@ -153,6 +153,8 @@ def run_template_code(call: Callable[[], _T]) -> _T:
     of the template's code is an InputError of one line."""
     try:
         return call()
+    except InputError:  # already one line (a render inside this call)
+        raise
     except Exception as exc:  # the template is untrusted code: any failure (RecursionError too)
         from jinja2 import TemplateError  # here: an import costs a step more than its render
 

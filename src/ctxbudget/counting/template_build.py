@@ -134,7 +134,7 @@ class ShapeTexts:
         old = self.outer
         if old is not None and len(old) == len(outer) and all(map(operator.is_, old, outer)):
             return  # the same objects: most steps
-        if old is None or len(old) != len(outer) or not all(map(_same_value, old, outer)):
+        if not same_values(old, outer):
             self.known.clear()
             self.outer = list(outer)
 
@@ -214,10 +214,15 @@ def _builder(shape: Shape, splitter: Splitter | None) -> Callable[[str, int], Bu
     return usual
 
 
-def _same_value(a: Any, b: Any) -> bool:
-    """``a`` renders as ``b`` does: the same type and equal, and for floats the same text too
-    (``-0.0 == 0.0``, but a template prints them apart)."""
+def same_values(old: list[Any] | None, new: list[Any]) -> bool:
+    """The values a loop body reads from before the loop render as they did: each of the same
+    type and equal, and a float with the same text too (``-0.0 == 0.0``, printed apart)."""
+    if old is None or len(old) != len(new):
+        return False
     try:
-        return type(a) is type(b) and bool(a == b) and (type(a) is not float or repr(a) == repr(b))
-    except Exception:
+        return all(
+            type(a) is type(b) and bool(a == b) and (type(a) is not float or repr(a) == repr(b))
+            for a, b in zip(old, new, strict=True)
+        )
+    except Exception:  # a value whose == fails: not known the same
         return False

@@ -258,7 +258,17 @@ class TemplateScheme:
                 run_template_code(lambda: run_bounded(call, Limits(input_chars=chars)))
 
             loop_input = frame.loop_input(messages, kept)
-            run(loop_input, frame.body, list(frame.outer), kept=True, guard=guard, lineage=lineage)
+            # Texts built from proven shapes and their tokenising fail as a render would.
+            run_template_code(
+                lambda: run(
+                    loop_input,
+                    frame.body,
+                    list(frame.outer),
+                    kept=True,
+                    guard=guard,
+                    lineage=lineage,
+                )
+            )
         else:
             limits = Limits(input_chars=chars)
             frame = self._render_frame(plan, source, messages, tools, cache, limits, run)

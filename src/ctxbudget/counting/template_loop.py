@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxbudget.counting.sandbox import value_limit
-from ctxbudget.counting.template_build import ShapeTexts, Splitter
+from ctxbudget.counting.template_build import ShapeTexts, Splitter, same_values
 from ctxbudget.counting.template_shape import BodyShapes, body_shapes
 from ctxbudget.messages.model import same
 
@@ -412,11 +412,7 @@ class LoopMemo:
     ) -> int:
         """The first loop position to render again; ``messages[:known]`` are known to be the
         very items the last run kept (``lineage``)."""
-        try:
-            same = self.outer is not None and bool(self.outer == outer)
-        except Exception:
-            same = False
-        if not same or not plan.loop_attrs.isdisjoint(_LENGTH):
+        if not same_values(self.outer, outer) or not plan.loop_attrs.isdisjoint(_LENGTH):
             return 0
         old = self.items
         common = min(len(old), len(messages), len(self.texts))
