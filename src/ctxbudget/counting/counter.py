@@ -11,10 +11,9 @@ has not seen (``template_count.PieceCache``).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Hashable
 
-from ctxbudget.counting.result import PerMessage, RequestCount
+from ctxbudget.counting.result import PerMessage, RequestCount, RunningCounts
 from ctxbudget.counting.scheme import NO_PIVOT, Scheme, SplitScheme
 from ctxbudget.counting.select import choose_scheme, counter_name_for_model
 from ctxbudget.counting.template_count import PieceCache, TemplateScheme
@@ -27,17 +26,15 @@ def _assemble(
     name: str,
     kind: CounterKind,
     head: tuple[int, int],
-    counts: list[int],
-    messages: int,
+    counts: RunningCounts,
     generation: int,
 ) -> RequestCount:
-    """The count from per-message counts, ``messages`` their sum; ``kind`` is ``estimate``
-    where any count is. ``per_message`` is a view of ``counts``: the caller leaves
-    ``counts[:-1]`` as it is from now on."""
+    """The count from per-message counts; ``kind`` is ``estimate`` where any count is."""
     system, tools = head
+    messages = counts.total
     per_message: PerMessage | tuple[()] = ()
     if counts:  # a view, not a copy: the last count lent the reply primer
-        per_message = PerMessage(counts, len(counts), counts[-1] + generation)
+        per_message = counts.view(generation)
         messages += generation
     else:
         system += generation  # no message to carry the reply primer: the head does
@@ -59,14 +56,13 @@ def count_with(scheme: Scheme | TemplateScheme, request: Request) -> RequestCoun
         return scheme.count(request)
     messages = request.messages
     pivot = scheme.pivot(messages)
-    counts, approx = [], False
+    counts, approx = RunningCounts(), False
     for i, message in enumerate(messages):
         tokens, estimated = scheme.message(message, scheme.flags(messages, i, pivot))
-        counts.append(tokens)
+        counts.put(i, tokens)
         approx = approx or estimated
     kind: CounterKind = "estimate" if approx else scheme.kind
-    head = scheme.head(request)
-    return _assemble(scheme.name, kind, head, counts, sum(counts), scheme.generation())
+    return _assemble(scheme.name, kind, scheme.head(request), counts, scheme.generation())
 
 
 def count_request(
@@ -115,15 +111,10 @@ class RequestCounter:
         self._head = (0, 0)
         self._messages: tuple[Message, ...] = ()
         self._pivot = NO_PIVOT
-        self._counts: list[int] = []
-        self._frozen = 0
-        """``_counts[:_frozen]`` is read by a RequestCount handed out: a step that would change
-        it starts a new list, so each count handed out keeps its breakdown."""
+        self._counts = RunningCounts()
         self._approx: list[bool] = []
-        self._sum = 0
-        """Running sum of ``_counts`` and number of True in ``_approx``: a step adds and
-        subtracts what changed instead of walking every message."""
         self._estimated = 0
+        """The number of True in ``_approx``, kept as it changes."""
         self._generation: int | None = None
         self._cache: dict[tuple[int, Hashable], tuple[Message, int, bool]] = {}
         self._split = self._scheme if isinstance(self._scheme, SplitScheme) else None
@@ -152,13 +143,11 @@ class RequestCounter:
             self._update_messages(scheme, request)
             if self._generation is None:
                 self._generation = scheme.generation()
-            self._frozen = len(self._counts) - 1  # a list only grows: a cut below starts anew
             result = _assemble(
                 self.name,
                 "estimate" if self._estimated else self.kind,
                 self._head,
                 self._counts,
-                self._sum,
                 self._generation,
             )
         self._last = (request, result)
@@ -173,20 +162,14 @@ class RequestCounter:
         if pivot != self._pivot:
             start = min(start, pivot + 1, self._pivot + 1)
         counts, approx = self._counts, self._approx
-        if start < self._frozen:  # counts handed out read counts[:_frozen]: leave it to them
-            self._sum -= sum(itertools.islice(counts, start, None))
-            counts = self._counts = counts[:start]
-            self._frozen = 0
-        while len(counts) > start:  # usually the old last message alone
-            self._sum -= counts.pop()
+        counts.cut(start)  # usually the old last message alone
         while len(approx) > start:
             self._estimated -= approx.pop()
         flags, message = scheme.flags, self._message
         for i in range(start, len(messages)):
             tokens, estimated = message(scheme, messages[i], flags(messages, i, pivot))
-            counts.append(tokens)
+            counts.put(i, tokens)
             approx.append(estimated)
-            self._sum += tokens
             self._estimated += estimated
         self._messages, self._pivot = messages, pivot
         self._prune()

@@ -13,8 +13,8 @@ class PerMessage(Sequence[int]):
 
     An incremental counter keeps one running list of counts for step after step. A step
     hands out a view of it instead of a copy, at thousands of messages a cost of its own:
-    ``counts[:length - 1]`` as they are now, then ``last``. The counter promises to leave that
-    prefix as it is (it copies the list before changing it, see ``RequestCounter``).
+    ``counts[:length - 1]`` as they are now, then ``last``. ``RunningCounts`` leaves that
+    prefix as it is.
     """
 
     __slots__ = ("_counts", "_last", "_length", "_tuple")
@@ -62,6 +62,59 @@ class PerMessage(Sequence[int]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return tuple, (self._items(),)  # pickled (and unpickled) as the plain tuple
+
+
+class RunningCounts:
+    """An incremental counter's per-message counts from step to step, with their sum.
+
+    It hands out views of itself (``view``) instead of copies, and never changes a count a view
+    reads: a cut or a change there starts a new list, which the views do not see.
+    """
+
+    __slots__ = ("_frozen", "items", "total")
+
+    def __init__(self) -> None:
+        self.items: list[int] = []
+        self.total = 0
+        """``sum(items)``, kept as counts change, so a step does not add up every message."""
+        self._frozen = 0
+        """``items[:_frozen]`` is read by a view handed out."""
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def cut(self, n: int) -> None:
+        """Keep the first ``n`` counts."""
+        items = self.items
+        if n >= len(items):
+            return
+        self.total -= sum(items[n:])  # a slice: islice would walk the kept ones too
+        if n < self._frozen:
+            self.items, self._frozen = items[:n], 0
+        else:
+            del items[n:]
+
+    def put(self, index: int, tokens: int) -> None:
+        """Count ``index`` is ``tokens``; ``index == len(self)`` adds a last one."""
+        items = self.items
+        if index == len(items):
+            items.append(tokens)
+            self.total += tokens
+            return
+        old = items[index]
+        if old == tokens:
+            return
+        if index < self._frozen:
+            items, self._frozen = list(items), 0
+            self.items = items
+        items[index] = tokens
+        self.total += tokens - old
+
+    def view(self, extra: int) -> PerMessage:
+        """The counts as they are now, the last ``extra`` more, as they stay for the view."""
+        items = self.items
+        self._frozen = max(self._frozen, len(items) - 1)
+        return PerMessage(items, len(items), items[-1] + extra)
 
 
 @dataclass(frozen=True, kw_only=True, init=False)

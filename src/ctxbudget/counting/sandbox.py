@@ -74,16 +74,11 @@ def _limits() -> Limits:
     return limits if limits is not None else _DEFAULT
 
 
-def _max_value() -> int:
-    """``_limits().max_value``, kept as a number while a render runs: every string operator
-    asks for it."""
+def value_limit() -> int:
+    """The longest string a template may build now: ``_limits().max_value``, kept as a number
+    while a render runs (every string operator asks for it), else the default."""
     value: int = getattr(_current, "max_value", _DEFAULT_MAX_VALUE)
     return value
-
-
-def value_limit() -> int:
-    """The longest string a template may build now: the running render's, else the default."""
-    return _max_value()
 
 
 def _refuse(what: str) -> SecurityError:
@@ -92,7 +87,7 @@ def _refuse(what: str) -> SecurityError:
 
 def _check_size(value: Any) -> Any:
     if isinstance(value, str | bytes):
-        limit = _max_value()
+        limit = value_limit()
     elif isinstance(value, Sized) and not isinstance(value, dict):
         limit = MAX_ITEMS + _limits().input_chars  # each item is an object: far heavier
     else:
@@ -225,7 +220,7 @@ def _bounded_join(join: Callable[[Any], str]) -> Callable[[Any], str]:
             size = sum(map(len, pieces))  # a sized piece that is no text fails the join anyway
         except TypeError:
             size = sum(len(p) for p in pieces if isinstance(p, str))
-        if size > _max_value():
+        if size > value_limit():
             raise _refuse("a joined string")
         return join(pieces)
 
@@ -272,7 +267,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
         if operator == "+" and type(left) is str and type(right) is str:  # most of them
-            if len(left) + len(right) > _max_value():
+            if len(left) + len(right) > value_limit():
                 raise _refuse("a concatenation")
             return left + right
         _check_binop(operator, left, right)

@@ -23,7 +23,7 @@ from ctxbudget.counting.hf import (
     run_template_code,
     strftime_now,
 )
-from ctxbudget.counting.result import PerMessage, RequestCount
+from ctxbudget.counting.result import PerMessage, RequestCount, RunningCounts
 from ctxbudget.counting.sandbox import Limits, run_bounded
 from ctxbudget.counting.template_build import splitter
 from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allowed, unobserved
@@ -177,8 +177,7 @@ class TemplateScheme:
         if not pieces:
             return 0, (False, False)
         is_cut = self.tokenizer.is_cut_token
-        tokens = sum(map(self._cached(pieces, cache).__getitem__, pieces))  # _total, inline
-        return tokens, (is_cut(pieces[0]), is_cut(pieces[-1]))
+        return self._total(pieces, cache), (is_cut(pieces[0]), is_cut(pieces[-1]))
 
     def _counts(self, pieces: list[str], cache: PieceCache) -> list[int]:
         """Each piece's count: from the cache, the new ones tokenised in one batch."""
@@ -217,9 +216,9 @@ class TemplateScheme:
         firsts = _message_pieces(full, pieces, is_token, messages)[len(head) :]
         bounds = [firsts[0] if firsts else len(pieces), *firsts[1:], len(pieces)]
         head_tokens = sum(counts[: bounds[0]])
-        parts = [sum(counts[a:b]) for a, b in itertools.pairwise(bounds)]
+        parts = tuple(sum(counts[a:b]) for a, b in itertools.pairwise(bounds))
         if not request.messages:
-            parts = []
+            parts = ()
         return self._result(source, head, tools, cache, head_tokens, parts, sum(parts))
 
     def _count_by_loop(
@@ -285,10 +284,10 @@ class TemplateScheme:
         h = 1 if request.system else 0
         lead = max(0, h - offset)  # the system prompt's own loop text (0 or 1 of them)
         fixes = memo.seam_fixes(lambda text: self._tokens(text, cache)) if memo.bad else {}
-        lead_tokens = memo.counts[0] if lead else 0
+        lead_tokens = memo.counts.items[0] if lead else 0
         head_tokens = frame.before_tokens + lead_tokens
-        message_tokens = memo.total - lead_tokens + sum(fixes.values())
-        parts = _per_message(memo, lead, max(0, offset - h), frame.after_tokens, fixes)
+        message_tokens = memo.counts.total - lead_tokens + sum(fixes.values())
+        parts = _per_message(memo.counts, lead, max(0, offset - h), frame.after_tokens, fixes)
         if parts:
             message_tokens += frame.after_tokens
         else:
@@ -316,7 +315,7 @@ class TemplateScheme:
             system=system,
             tools=tools_tokens,
             messages=message_tokens,
-            per_message=parts if isinstance(parts, tuple | PerMessage) else tuple(parts),
+            per_message=parts,
             floor=system + tools_tokens,
         )
 
@@ -435,31 +434,28 @@ class TemplateScheme:
 
 
 def _per_message(
-    memo: LoopMemo, lead: int, zeros: int, after: int, extra: dict[int, int]
+    counts: RunningCounts, lead: int, zeros: int, after: int, extra: dict[int, int]
 ) -> tuple[int, ...] | PerMessage:
     """Each message's tokens from the loop texts' counts past the first ``lead`` (the
     system prompt's), after ``zeros`` messages that have no loop text (the head renders them);
     the last message also owns the tail's ``after`` tokens, and the loop text at each position
-    of ``extra`` that many more (a joined run's, at its last). A view of the memo's counts
-    where they are the numbers but the last (the memo then leaves them as they are), else one
-    copy: a step at thousands of messages pays for each."""
-    counts, n = memo.counts, len(memo.counts)
+    of ``extra`` that many more (a joined run's, at its last). A view of the counts where they
+    are the numbers but the last, else one copy: a step at thousands of messages pays for
+    each."""
+    n = len(counts)
     if n <= lead:
         return (0,) * (zeros - 1) + (after,) if zeros else ()
     if not (lead or zeros or extra.keys() - {n - 1}):
-        memo.frozen = max(memo.frozen, n - 1)  # views from earlier steps read theirs
-        return PerMessage(counts, n, counts[-1] + extra.get(n - 1, 0) + after)
-    if memo.frozen:  # counts handed out read them: lend to a copy
-        counts = memo.counts = list(counts)
-        memo.frozen = 0
-    lent = {**extra, len(counts) - 1: extra.get(len(counts) - 1, 0) + after}
-    for at, tokens in lent.items():  # lent for the copy, given back after it
-        counts[at] += tokens
+        return counts.view(extra.get(n - 1, 0) + after)
+    items = counts.items
+    lent = {**extra, n - 1: extra.get(n - 1, 0) + after}
+    for at, tokens in lent.items():  # lent for the copy, given back after it (no view reads
+        items[at] += tokens  # in between)
     try:
-        mine = tuple(counts) if not lead else tuple(itertools.islice(counts, lead, None))
+        mine = tuple(items) if not lead else tuple(itertools.islice(items, lead, None))
     finally:
         for at, tokens in lent.items():
-            counts[at] -= tokens
+            items[at] -= tokens
     return (0,) * zeros + mine if zeros else mine
 
 

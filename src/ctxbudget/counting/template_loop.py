@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxbudget.counting.result import RunningCounts
 from ctxbudget.counting.sandbox import value_limit
 from ctxbudget.counting.template_build import ShapeTexts, Splitter, same_values
 from ctxbudget.counting.template_shape import BodyShapes, body_shapes
@@ -257,19 +258,14 @@ class LoopMemo:
     ``kept`` render found them equal)."""
     outer: list[Any] | None = None
     texts: list[str] = field(default_factory=list)
-    counts: list[int] = field(default_factory=list)
+    counts: RunningCounts = field(default_factory=RunningCounts)
     edges: list[tuple[bool, bool]] = field(default_factory=list)
     """Whether each text starts / ends with an added token the tokenizer cuts at."""
     bad: set[int] = field(default_factory=set)
     """Positions ``i`` where text ``i - 1`` meets text ``i`` without such a token."""
-    total: int = 0
-    """``sum(counts)``, kept as counts change, so a step does not add up every message."""
     joins: dict[int, tuple[tuple[str, ...], int]] = field(default_factory=dict)
     """Per run of texts joined at such seams, by its first position: its texts and how many
     tokens the joined text has beyond their own counts (``seam_fixes``)."""
-    frozen: int = 0
-    """``counts[:frozen]`` is read by counts handed out (``template_count``): a run that would
-    change it starts a new list, so each count handed out keeps its breakdown."""
     state: Any = None
     """The ``lineage`` state of the list the last ``kept`` run was given (None: unknown)."""
     frame: Any = None
@@ -310,27 +306,20 @@ class LoopMemo:
             start = self._first_stale(plan, messages, outer, known)
             self.outer = self.state = None  # until this render ends: a template that fails
             n = len(messages)  # midway (raise_exception) leaves texts the next one must redo
-            if n < len(self.counts):
-                self.total -= sum(self.counts[n:])
-                if n < self.frozen:  # counts handed out read them: leave the list to them
-                    self.counts, self.frozen = self.counts[:n], 0
-                del self.texts[n:], self.counts[n:], self.edges[n:]
+            if n < len(self.texts):
+                self.counts.cut(n)
+                del self.texts[n:], self.edges[n:]
             early = range(min(plan.before, start))  # messages[-1] of the first ones wraps
             changed = [*early, *range(start, n)]
             made = _texts(plan, shapes, changed, messages, body, outer, guard)
             texts, counts, edges = self.texts, self.counts, self.edges
             for i, (text, pieces) in zip(changed, made, strict=True):
                 tokens, edge = measure(text, pieces)
-                if i < self.frozen and tokens != counts[i]:  # as above
-                    counts = self.counts = list(counts)
-                    self.frozen = 0
+                counts.put(i, tokens)
                 if i < len(texts):
-                    self.total += tokens - counts[i]
-                    texts[i], counts[i], edges[i] = text, tokens, edge
+                    texts[i], edges[i] = text, edge
                 else:
-                    self.total += tokens
                     texts.append(text)
-                    counts.append(tokens)
                     edges.append(edge)
             self._reseam(changed, n)
             if kept:  # the first ``start`` items equal the last ones (``_first_stale``)
@@ -384,7 +373,7 @@ class LoopMemo:
         for each such run, by its last position, the tokens of the joined text (``tokens``)
         less the sum of its texts' own counts. A run whose texts are the same objects as last
         time keeps its fix."""
-        texts, counts = self.texts, self.counts
+        texts, counts = self.texts, self.counts.items
         runs: list[tuple[int, int]] = []
         for i in sorted(self.bad):
             p = i - 1
