@@ -16,7 +16,15 @@ from tests.counting.strategies import messages
 
 from ctxbudget.counting import RequestCounter, count_request
 from ctxbudget.counting.qwen import last_query_index
-from ctxbudget.messages.model import Message, Request, ToolCall, common_prefix, extends
+from ctxbudget.messages.model import (
+    ImagePart,
+    Message,
+    Request,
+    TextPart,
+    ToolCall,
+    common_prefix,
+    extends,
+)
 from ctxbudget.tokens.registry import ExactTokenizer, get_tokenizer
 
 QUERY = Message(role="user", content="Which tests fail?")
@@ -196,3 +204,31 @@ def test_last_query_after_an_append_looks_at_the_new_messages_only(
     start = data.draw(st.integers(0, len(conversation)))
     previous = last_query_index(conversation[:start])
     assert last_query_index(conversation, start, previous) == last_query_index(conversation)
+
+
+@pytest.mark.parametrize("counter_name", ["qwen3", "o200k_base", "ctxbudget"])
+def test_a_step_is_an_estimate_exactly_while_an_image_is_in_the_request(counter_name: str) -> None:
+    """An image's tokens are estimated (its size decides them): the count is ``estimate`` while
+    the image's message is in the request, whatever came after it, and ``exact`` again once a
+    compaction dropped it; each step equals a fresh count."""
+    picture = Message(
+        role="user",
+        content=(TextPart("What is on this screenshot?"), ImagePart(width=640, height=480)),
+    )
+    counter = RequestCounter(counter_name)
+    request = Request(messages=(QUERY, PLAIN))
+    steps = [
+        request,
+        request := request.append(picture),
+        request := request.append(PLAIN),  # the image is no longer the last message
+        request := request.append(USER, CALLING, TOOL),
+        request := request.with_messages(request.messages[3:]),  # compacted: the image dropped
+        request.append(PLAIN),
+    ]
+    kinds = []
+    for step in steps:
+        got = counter.count(step)
+        assert got == count_request(step, counter_name)
+        kinds.append(got.kind)
+    exact = "exact" if counter_name == "qwen3" else "estimate"  # estimators are never exact
+    assert kinds == [exact, "estimate", "estimate", "estimate", exact, exact]

@@ -18,6 +18,7 @@ from ctxbudget.counting import PerMessage, RequestCounter, count_request
 from ctxbudget.counting.template_loop import LoopMemo, plan_loop
 from ctxbudget.errors import InputError
 from ctxbudget.messages.model import Message, Request, ToolSpec
+from ctxbudget.tokens.registry import get_tokenizer
 
 FOLDERS = ("llama3-cl100k", "qwen2.5", "smollm3-template", "hermes-2-pro-template")
 LOOKUP = ToolSpec(
@@ -182,18 +183,28 @@ def _echo(message: dict[str, str], loop: object, messages: object) -> str:
 
 
 def test_a_step_that_fails_outside_jinja_fails_as_a_fresh_count_does(
-    hf_folder: Callable[[str], Path],
+    hf_folder: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A text the tokenizer refuses (a lone surrogate) on a proven shape, built without Jinja:
-    one line, the InputError a fresh count gives, not the tokenizer's own error (review)."""
+    """A text the tokenizer refuses on a proven shape, built without Jinja: one line, the
+    InputError a fresh count gives, not the tokenizer's own error (review). (A lone surrogate
+    did it once; the tokenizer now counts one as U+FFFD, so a refusal is made here.)"""
     name = f"hf:{hf_folder('llama3-cl100k')}"
+    tokenizer = get_tokenizer(name)
+    real = tokenizer.count_special_many
+
+    def refusing(texts: list[str]) -> list[int]:
+        if any("refused" in t for t in texts):
+            raise TypeError("the tokenizer refuses this text")
+        return real(texts)
+
+    monkeypatch.setattr(tokenizer, "count_special_many", refusing)
     counter = RequestCounter(name)
     request = Request(messages=(_user("hi"),))
     counter.count(request)
-    bad = request.append(_reply("x\ud800y"))
-    with pytest.raises(InputError, match="chat template failed"):
+    bad = request.append(_reply("x refused y"))
+    with pytest.raises(InputError, match="chat template failed: TypeError: the tokenizer"):
         count_request(bad, name)
-    with pytest.raises(InputError, match="chat template failed"):
+    with pytest.raises(InputError, match="chat template failed: TypeError: the tokenizer"):
         counter.count(bad)
     assert counter.count(request.append(_reply("fine"))) == count_request(
         request.append(_reply("fine")), name

@@ -55,11 +55,11 @@ def count_with(scheme: Scheme | TemplateScheme, request: Request) -> RequestCoun
     if isinstance(scheme, TemplateScheme):
         return scheme.count(request)
     messages = request.messages
-    pivot = scheme.pivot(messages)
+    flags = scheme.flags(messages, 0, scheme.pivot(messages))
     counts, approx = RunningCounts(), False
-    for i, message in enumerate(messages):
-        tokens, estimated = scheme.message(message, scheme.flags(messages, i, pivot))
-        counts.put(i, tokens)
+    for message, f in zip(messages, flags, strict=True):
+        tokens, estimated = scheme.message(message, f)
+        counts.put(len(counts), tokens)
         approx = approx or estimated
     kind: CounterKind = "estimate" if approx else scheme.kind
     return _assemble(scheme.name, kind, scheme.head(request), counts, scheme.generation())
@@ -112,9 +112,8 @@ class RequestCounter:
         self._messages: tuple[Message, ...] = ()
         self._pivot = NO_PIVOT
         self._counts = RunningCounts()
-        self._approx: list[bool] = []
-        self._estimated = 0
-        """The number of True in ``_approx``, kept as it changes."""
+        self._estimates: list[int] = []
+        """The indices of messages whose count is an estimate (images), in order."""
         self._generation: int | None = None
         self._cache: dict[tuple[int, Hashable], tuple[Message, int, bool]] = {}
         self._split = self._scheme if isinstance(self._scheme, SplitScheme) else None
@@ -145,7 +144,7 @@ class RequestCounter:
                 self._generation = scheme.generation()
             result = _assemble(
                 self.name,
-                "estimate" if self._estimated else self.kind,
+                "estimate" if self._estimates else self.kind,
                 self._head,
                 self._counts,
                 self._generation,
@@ -161,29 +160,35 @@ class RequestCounter:
         start = common - 1 if common else 0  # the old last message's neighbours changed
         if pivot != self._pivot:
             start = min(start, pivot + 1, self._pivot + 1)
-        counts, approx = self._counts, self._approx
-        counts.cut(start)  # usually the old last message alone
-        while len(approx) > start:
-            self._estimated -= approx.pop()
-        flags, message = scheme.flags, self._message
-        for i in range(start, len(messages)):
-            tokens, estimated = message(scheme, messages[i], flags(messages, i, pivot))
-            counts.put(i, tokens)
-            approx.append(estimated)
-            self._estimated += estimated
+        flags = scheme.flags(messages, start, pivot)
+        counts: list[int] = []
+        estimates = self._estimates
+        while estimates and estimates[-1] >= start:
+            estimates.pop()
+        split, bodies, frames = self._split, self._bodies, self._frames
+        for i, (message, f) in enumerate(zip(messages[start:], flags, strict=True), start):
+            if split is not None:  # a body's count whatever the flags, a frame's per flags
+                body = bodies.get(id(message))
+                if body is None or body[0] is not message:
+                    text = split.body(message)
+                    body = (message, None if text is None else split.tokens(text))
+                    bodies[id(message)] = body
+                if body[1] is not None:
+                    frame = frames.get((message.role, f))
+                    if frame is None:
+                        frame = self._frame(split, message.role, f)
+                    counts.append(body[1] + frame)
+                    continue
+            tokens, estimated = self._whole(scheme, message, f)
+            counts.append(tokens)
+            if estimated:
+                estimates.append(i)
+        self._counts.replace(start, counts)  # usually the old last message and the new one
         self._messages, self._pivot = messages, pivot
         self._prune()
 
-    def _message(self, scheme: Scheme, message: Message, flags: Hashable) -> tuple[int, bool]:
-        split = self._split
-        if split is not None:
-            body = self._bodies.get(id(message))
-            if body is None or body[0] is not message:
-                text = split.body(message)
-                body = (message, None if text is None else split.tokens(text))
-                self._bodies[id(message)] = body
-            if body[1] is not None:
-                return body[1] + self._frame(split, message.role, flags), False
+    def _whole(self, scheme: Scheme, message: Message, flags: Hashable) -> tuple[int, bool]:
+        """A message counted whole, per flag value."""
         key = (id(message), flags)
         hit = self._cache.get(key)
         if hit is not None and hit[0] is message:

@@ -54,8 +54,8 @@ class EstimateScheme:
     def pivot(self, messages: Sequence[Message], start: int = 0, previous: int = NO_PIVOT) -> int:
         return NO_PIVOT
 
-    def flags(self, messages: Sequence[Message], index: int, pivot: int) -> Hashable:
-        return ()
+    def flags(self, messages: Sequence[Message], start: int, pivot: int) -> Sequence[Hashable]:
+        return [()] * (len(messages) - start)
 
     def message(self, message: Message, flags: Hashable) -> tuple[int, bool]:
         # Reasoning of earlier turns is dropped by these providers; it is not counted here.

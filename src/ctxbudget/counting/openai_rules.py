@@ -111,8 +111,8 @@ class OpenAIScheme:
     def pivot(self, messages: Sequence[Message], start: int = 0, previous: int = NO_PIVOT) -> int:
         return NO_PIVOT
 
-    def flags(self, messages: Sequence[Message], index: int, pivot: int) -> Hashable:
-        return ()
+    def flags(self, messages: Sequence[Message], start: int, pivot: int) -> Sequence[Hashable]:
+        return [()] * (len(messages) - start)
 
     def message(self, message: Message, flags: Hashable) -> tuple[int, bool]:
         # Reasoning is not resent in chat completions; a call costs its name and arguments

@@ -6,6 +6,7 @@ Qwen/Qwen2.5-7B-Instruct tokenizer_config.json); tests render both and compare t
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
@@ -109,18 +110,21 @@ def is_query(message: Message) -> bool:
     return not (text.startswith("<tool_response>") and text.endswith("</tool_response>"))
 
 
-def last_query_index(messages: Sequence[Message], start: int = 0, previous: int = NO_PIVOT) -> int:
-    """Index of the last real user query; the last index when there is none (as the template).
+NO_QUERY = sys.maxsize
+"""The pivot of Qwen3 messages without a user query: past every index, as the template's
+``messages|length - 1`` is for rendering (no message comes after it)."""
 
-    ``previous`` is the index for ``messages[:start]``: if that part has a query, it is the
-    last one; if not, it is ``start - 1``, no query. So only ``messages[start:]`` is searched.
+
+def last_query_index(messages: Sequence[Message], start: int = 0, previous: int = NO_QUERY) -> int:
+    """Index of the last real user query; ``NO_QUERY`` when there is none.
+
+    ``previous`` is the result for ``messages[:start]``, so only ``messages[start:]`` is
+    searched (``start=0`` knows nothing).
     """
     for i in range(len(messages) - 1, start - 1, -1):
         if is_query(messages[i]):
             return i
-    if 0 <= previous < start and is_query(messages[previous]):
-        return previous
-    return len(messages) - 1
+    return previous if start else NO_QUERY
 
 
 def split_reasoning(message: Message) -> tuple[str, str]:
@@ -176,16 +180,21 @@ def qwen3_reply_frame(after_query: bool, last: bool) -> tuple[str, str]:
     return REPLY_OPEN + (NO_THINKING if after_query and last else ""), TURN_CLOSE
 
 
-def qwen3_flags(messages: Sequence[Message], index: int, pivot: int) -> Hashable:
-    """The neighbour facts a Qwen3 message's rendering depends on."""
-    message = messages[index]
-    if message.role == "assistant":
-        # Reasoning shows after the last query, last or not: one flag value, one cache entry.
-        last = index == len(messages) - 1 or _has_reasoning(message)
-        return (index > pivot, last)
-    if message.role == "tool":
-        return _tool_neighbours(messages, index)
-    return ()
+def qwen3_flags(messages: Sequence[Message], start: int, pivot: int) -> list[Hashable]:
+    """The neighbour facts each Qwen3 message of ``messages[start:]`` renders by."""
+    flags: list[Hashable] = []
+    last = len(messages) - 1
+    for index in range(start, last + 1):
+        message = messages[index]
+        role = message.role
+        if role == "assistant":
+            # Reasoning shows after the last query, last or not: one flag value, one entry.
+            flags.append((index > pivot, index == last or _has_reasoning(message)))
+        elif role == "tool":
+            flags.append(_tool_neighbours(messages, index))
+        else:
+            flags.append(())
+    return flags
 
 
 def qwen3_message(message: Message, flags: Hashable) -> str:
@@ -225,9 +234,12 @@ def qwen25_assistant(message: Message) -> str:
     return text + "<|im_end|>\n"
 
 
-def qwen25_flags(messages: Sequence[Message], index: int, pivot: int) -> Hashable:
+def qwen25_flags(messages: Sequence[Message], start: int, pivot: int) -> list[Hashable]:
     """Only tool results depend on their neighbours in Qwen2.5."""
-    return _tool_neighbours(messages, index) if messages[index].role == "tool" else ()
+    return [
+        _tool_neighbours(messages, i) if messages[i].role == "tool" else ()
+        for i in range(start, len(messages))
+    ]
 
 
 def qwen25_message(message: Message, flags: Hashable) -> str:
@@ -281,10 +293,10 @@ class QwenScheme:
             return NO_PIVOT
         return last_query_index(messages, start, previous)
 
-    def flags(self, messages: Sequence[Message], index: int, pivot: int) -> Hashable:
+    def flags(self, messages: Sequence[Message], start: int, pivot: int) -> list[Hashable]:
         if self.template == "qwen3":
-            return qwen3_flags(messages, index, pivot)
-        return qwen25_flags(messages, index, pivot)
+            return qwen3_flags(messages, start, pivot)
+        return qwen25_flags(messages, start, pivot)
 
     def message_text(self, message: Message, flags: Hashable) -> str:
         if self.template == "qwen3":
@@ -351,8 +363,6 @@ class QwenScheme:
         """The whole prompt text, as the Jinja template renders it."""
         system, tools = self.head_text(request)
         messages = request.messages
-        pivot = self.pivot(messages)
-        body = "".join(
-            self.message_text(m, self.flags(messages, i, pivot)) for i, m in enumerate(messages)
-        )
+        flags = self.flags(messages, 0, self.pivot(messages))
+        body = "".join(self.message_text(m, f) for m, f in zip(messages, flags, strict=True))
         return system + tools + body + self.generation_text()

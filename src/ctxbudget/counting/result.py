@@ -110,6 +110,18 @@ class RunningCounts:
         items[index] = tokens
         self.total += tokens - old
 
+    def replace(self, start: int, counts: list[int]) -> None:
+        """The counts from ``start`` on are ``counts``: those under a view, if unchanged, stay
+        as they are (no copy), the rest are cut and added."""
+        items, frozen = self.items, self._frozen
+        if start < frozen:
+            under = min(frozen, len(items)) - start
+            if items[start : start + under] == counts[:under]:
+                start, counts = start + under, counts[under:]
+        self.cut(start)
+        self.items += counts
+        self.total += sum(counts)
+
     def view(self, extra: int) -> PerMessage:
         """The counts as they are now, the last ``extra`` more, as they stay for the view."""
         items = self.items

@@ -42,10 +42,11 @@ class Scheme(Protocol):
         """
         ...
 
-    def flags(self, messages: Sequence[Message], index: int, pivot: int) -> Hashable:
-        """What the rendering of ``messages[index]`` depends on besides the message itself.
+    def flags(self, messages: Sequence[Message], start: int, pivot: int) -> Sequence[Hashable]:
+        """What the rendering of each of ``messages[start:]`` depends on besides the message
+        itself, in order: one call for a step's few messages or a whole request.
 
-        Only the message's neighbours (``index - 1``, ``index + 1``), its being last, and its
+        Only a message's neighbours (``index - 1``, ``index + 1``), its being last, and its
         position relative to ``pivot`` may be used; the incremental counter relies on it.
         """
         ...
