@@ -107,6 +107,13 @@ QWEN36_SPECIAL_NAMES = (
 QWEN36_SPECIAL = {tok: 248044 + i for i, tok in enumerate(QWEN36_SPECIAL_NAMES)}
 
 
+def valid_unicode(text: str) -> str:
+    """``text`` with each lone surrogate made U+FFFD (and a pair written as two code points
+    joined), as tiktoken repairs a text before encoding it (tiktoken/core.py, ``encode``). A
+    JSON body's ``"\\ud800"`` decodes to such a str; Hugging Face tokenizers refuse it."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 class ExactTokenizer:
     """A real tokenizer: ``encode`` gives the same ids as the model's own tokenizer.
 
@@ -146,7 +153,14 @@ class ExactTokenizer:
         parse_special = self.special_in_text if special is None else special
         if self._nfc and not unicodedata.is_normalized("NFC", text):
             text = self._normalized(text, parse_special)
-        return self._special(text) if parse_special else self._ordinary(text)
+        encode = self._special if parse_special else self._ordinary
+        try:
+            return encode(text)
+        except (TypeError, UnicodeEncodeError):  # HF tokenizers: a str with a lone surrogate
+            valid = valid_unicode(text)
+            if valid == text:
+                raise
+            return encode(valid)
 
     def _normalized(self, text: str, parse_special: bool) -> str:
         """``text`` in NFC as Hugging Face tokenizers normalise it: with special tokens parsed,
@@ -165,7 +179,10 @@ class ExactTokenizer:
         """Token counts of ``texts`` with special tokens parsed (in parallel where the
         tokenizer can: Hugging Face ``encode_batch``)."""
         if self._count_batch is not None and len(texts) > 1 and not self._nfc:
-            return self._count_batch(texts)
+            try:
+                return self._count_batch(texts)
+            except (TypeError, UnicodeEncodeError):
+                pass  # a lone surrogate somewhere: each text alone, repaired where it must be
         return [len(self.encode(t, special=True)) for t in texts]
 
     def is_cut_token(self, piece: str) -> bool:
