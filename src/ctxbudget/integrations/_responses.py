@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxbudget.messages.model import ImagePart, Message, TextPart, ToolCall, ToolSpec
+from ctxbudget.messages.openai import image_detail, image_from_url
 
 __all__ = ["as_item", "read_item", "rebuild_item", "tool_specs"]
 
@@ -84,7 +85,9 @@ def _content(value: Any) -> str | tuple[TextPart | ImagePart, ...]:
             parts.append(TextPart(str(part.get("text", ""))))
         elif kind == "refusal":
             parts.append(TextPart(str(part.get("refusal", ""))))
-        elif kind == "input_image":
-            url = part.get("image_url")
-            parts.append(ImagePart(url=url if isinstance(url, str) else None))
+        elif kind == "input_image":  # a URL or data URL (its size decides), or a file id
+            url, detail = part.get("image_url"), image_detail(part.get("detail"))
+            parts.append(
+                image_from_url(url, detail) if isinstance(url, str) else ImagePart(detail=detail)
+            )
     return tuple(parts)

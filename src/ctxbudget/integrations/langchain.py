@@ -17,7 +17,7 @@ from ctxbudget.integrations import require
 from ctxbudget.integrations._guard import ContextGuard, GuardOptions, overflow_of
 from ctxbudget.integrations._view import Translated, translate
 from ctxbudget.messages.model import ImagePart, Message, Request, TextPart, ToolCall, ToolSpec
-from ctxbudget.messages.openai import request_from_openai
+from ctxbudget.messages.openai import image_detail, image_from_url, request_from_openai
 from ctxbudget.messages.usage import Usage
 
 require("langchain.agents.middleware", "langchain", "ctxbudget.integrations.langchain")
@@ -231,11 +231,29 @@ def _content(message: BaseMessage) -> str | tuple[TextPart | ImagePart, ...]:
         elif block.get("type") == "text":
             parts.append(TextPart(str(block.get("text", ""))))
         elif block.get("type") in ("image_url", "image"):
-            url = (
-                block.get("image_url", {}).get("url") if "image_url" in block else block.get("url")
-            )
-            parts.append(ImagePart(url=url if isinstance(url, str) else None))
+            parts.append(_image(block))
     return tuple(parts)
+
+
+def _image(block: dict[str, Any]) -> ImagePart:
+    """An image block, in OpenAI's form (``image_url``: a URL or ``{"url", "detail"}``) or
+    LangChain's own (``url``, or ``base64`` with ``mime_type``; before 1.0 ``data`` with
+    ``source_type: "base64"``): a data URL's pixel size decides its tokens, as in a request."""
+    spec = block.get("image_url")
+    if spec is not None:
+        detail = image_detail(spec.get("detail")) if isinstance(spec, dict) else None
+        url = spec.get("url") if isinstance(spec, dict) else spec
+        return image_from_url(url, detail) if isinstance(url, str) else ImagePart(detail=detail)
+    url = block.get("url")
+    if isinstance(url, str):
+        return image_from_url(url)
+    data = block.get("base64")
+    if data is None and block.get("source_type") == "base64":
+        data = block.get("data")
+    if isinstance(data, str):
+        mime = block.get("mime_type")
+        return image_from_url(f"data:{mime if isinstance(mime, str) else ''};base64,{data}")
+    return ImagePart()  # a file id: neither the bytes nor the size are in the message
 
 
 def _usage(message: AIMessage) -> Usage | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, Unpack
+from typing import Any, Literal, Unpack
 
 from ctxbudget.integrations import require
 from ctxbudget.integrations._guard import (
@@ -22,6 +22,7 @@ from ctxbudget.integrations._guard import (
 )
 from ctxbudget.integrations._view import Translated, translate
 from ctxbudget.messages.model import ImagePart, Message, Request, TextPart, ToolCall, ToolSpec
+from ctxbudget.messages.openai import image_detail, image_from_bytes, image_from_url
 from ctxbudget.messages.usage import Usage
 
 require("pydantic_ai", "pydantic-ai", "ctxbudget.integrations.pydantic_ai")
@@ -200,11 +201,16 @@ def _user_content(content: Any) -> str | tuple[TextPart | ImagePart, ...]:
     for item in content:
         if isinstance(item, str):
             parts.append(TextPart(item))
-        elif isinstance(item, pm.ImageUrl):
-            parts.append(ImagePart(url=item.url))
-        elif isinstance(item, pm.BinaryContent) and item.is_image:
-            parts.append(ImagePart(media_type=item.media_type))
+        elif isinstance(item, pm.ImageUrl):  # OpenAI's detail rides in vendor_metadata
+            parts.append(image_from_url(item.url, _detail(item.vendor_metadata)))
+        elif isinstance(item, pm.BinaryContent) and item.is_image:  # its size decides
+            detail = _detail(item.vendor_metadata)
+            parts.append(image_from_bytes(item.data, item.media_type, detail))
     return tuple(parts)
+
+
+def _detail(metadata: dict[str, Any] | None) -> Literal["auto", "low", "high"] | None:
+    return image_detail(metadata.get("detail")) if metadata else None
 
 
 def _response(message: pm.ModelResponse, compaction_id: str | None) -> Message:

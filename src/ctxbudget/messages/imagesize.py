@@ -30,15 +30,27 @@ def image_size(b64: str) -> tuple[int, int] | None:
     head = _decode(b64[:64])
     if head is None:
         return None
+    if head[:2] == b"\xff\xd8":
+        data = _decode(b64[:_JPEG_SCAN_CHARS])
+        return None if data is None else _jpeg_size(data)
+    return _header_size(head)
+
+
+def image_size_of_bytes(data: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` of the image in ``data``, as ``image_size`` reads its base64."""
+    if data[:2] == b"\xff\xd8":
+        return _jpeg_size(data[: _JPEG_SCAN_CHARS // 4 * 3])
+    return _header_size(data[:48])
+
+
+def _header_size(head: bytes) -> tuple[int, int] | None:
+    """The size in the first 48 bytes of a PNG, GIF or WebP image."""
     if head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR":
         return _positive(*struct.unpack(">II", head[16:24]))
     if head[:6] in (b"GIF87a", b"GIF89a"):
         return _positive(*struct.unpack("<HH", head[6:10]))
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return _webp_size(head)
-    if head[:2] == b"\xff\xd8":
-        data = _decode(b64[:_JPEG_SCAN_CHARS])
-        return None if data is None else _jpeg_size(data)
     return None
 
 

@@ -23,7 +23,7 @@ from ctxbudget.messages._checks import (
     required_str,
     type_name,
 )
-from ctxbudget.messages.imagesize import image_size, parse_data_url
+from ctxbudget.messages.imagesize import image_size, image_size_of_bytes, parse_data_url
 from ctxbudget.messages.model import (
     ContentPart,
     ImagePart,
@@ -214,6 +214,27 @@ def _image(value: object, path: str) -> ImagePart:
     if detail is not None:
         detail = choice(detail, join(path, "detail"), _DETAILS, "image detail")
     return image_from_url(url, cast("Literal['auto', 'low', 'high'] | None", detail))
+
+
+def image_detail(value: object) -> Literal["auto", "low", "high"] | None:
+    """OpenAI's ``detail`` when ``value`` is one (adapters pass what a framework holds)."""
+    if isinstance(value, str) and value in _DETAILS:
+        return cast("Literal['auto', 'low', 'high']", value)
+    return None
+
+
+def image_from_bytes(
+    data: bytes, media_type: str | None, detail: Literal["auto", "low", "high"] | None = None
+) -> ImagePart:
+    """An image part for raw image bytes (a framework's binary content): its pixel size when
+    the header is PNG, JPEG, GIF or WebP, as for a data URL."""
+    size = image_size_of_bytes(data)
+    return ImagePart(
+        detail=detail,
+        media_type=media_type or None,
+        width=size[0] if size else None,
+        height=size[1] if size else None,
+    )
 
 
 def image_from_url(url: str, detail: Literal["auto", "low", "high"] | None = None) -> ImagePart:
