@@ -10,12 +10,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import pytest
-from hypothesis import Phase, find, given, settings
+from hypothesis import Phase, assume, find, given, settings
 from hypothesis import strategies as st
 from tests.counting.strategies import messages
 
 from ctxbudget.counting import RequestCounter, count_request
-from ctxbudget.counting.qwen import last_query_index
+from ctxbudget.counting.qwen import QwenScheme, last_query_index
+from ctxbudget.counting.select import choose_scheme
 from ctxbudget.messages.model import (
     ImagePart,
     Message,
@@ -232,3 +233,85 @@ def test_a_step_is_an_estimate_exactly_while_an_image_is_in_the_request(counter_
         kinds.append(got.kind)
     exact = "exact" if counter_name == "qwen3" else "estimate"  # estimators are never exact
     assert kinds == [exact, "estimate", "estimate", "estimate", exact, exact]
+
+
+def _qwen3() -> QwenScheme:
+    scheme = choose_scheme("qwen3")
+    assert isinstance(scheme, QwenScheme)
+    return scheme
+
+
+@settings(max_examples=400)
+@given(
+    conversation=st.lists(replies | messages() | turns, min_size=1, max_size=8),
+    new=replies | messages() | turns,
+)
+def test_the_append_step_is_the_general_rules_for_the_two_messages_it_touches(
+    conversation: list[Message], new: Message
+) -> None:
+    """``append_step`` decides in one call what ``pivot``, ``flags`` and ``body`` decide for
+    an append (the counter's usual step); where it answers, it answers as they do."""
+    scheme = _qwen3()
+    old, grown = tuple(conversation), (*conversation, new)
+    assume(scheme.body(old[-1]) is not None)  # its precondition: the old last one has a body
+    before = scheme.pivot(old)
+    step = scheme.append_step(grown, before)
+    if step is not None:
+        pivot = scheme.pivot(grown)
+        flags = scheme.flags(grown, 0, pivot)
+        assert step == (pivot, *flags[-2:], scheme.body(new))
+        # and the step touches two messages because no other one's flags change
+        assert flags[:-2] == scheme.flags(old, 0, before)[:-1]
+
+
+@pytest.mark.parametrize(
+    ("history", "new"),
+    [
+        ((QUERY, PLAIN), USER),  # a new query after a reply
+        ((QUERY,), PLAIN),  # a reply
+        ((QUERY, CALLING), TOOL),  # a tool result after a call
+        ((QUERY, CALLING, TOOL), TOOL),  # a second result
+        ((QUERY, CALLING, TOOL), PLAIN),  # the reply after the results
+        ((QUERY, CALLING), CALLING),  # a reply with a call: its body holds the call
+    ],
+)
+def test_a_loops_usual_step_takes_the_one_call_path(
+    history: tuple[Message, ...], new: Message, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step after each usual turn runs ``append_step`` alone: the general rules are not
+    called (they raise here), and the count is a full count's."""
+    request = Request(messages=history)
+    grown = request.append(new)
+    expected = count_request(grown, "qwen3")
+    counter = RequestCounter("qwen3")
+    counter.count(request)
+
+    def general(*_: object) -> None:
+        raise AssertionError("the general step ran")
+
+    for rule in ("pivot", "flags"):
+        monkeypatch.setattr(QwenScheme, rule, general)
+    assert counter.count(grown) == expected
+
+
+def test_a_new_query_two_replies_after_the_last_one_takes_the_general_step() -> None:
+    """A reasoning reply before the old last message loses its ``<think>`` when a query comes:
+    more than the two messages an append step touches, so the general step counts it."""
+    reasoned = Message(role="assistant", content="Done.", reasoning="Check first.")
+    request = Request(messages=(QUERY, reasoned, PLAIN))
+    counter = RequestCounter("qwen3")
+    counter.count(request)
+    grown = request.append(USER)
+    assert counter.count(grown) == count_request(grown, "qwen3")
+    assert counter.count(grown).per_message[1] < counter.count(request).per_message[1]
+
+
+def test_a_new_last_message_in_place_of_the_old_one_is_no_append() -> None:
+    """The history with its last message replaced (a retry, an edit) shares all but one
+    message with the request counted before, as an append does, yet the old last one's pivot
+    is not the history's: a reply in place of a query is after the last query."""
+    counter = RequestCounter("qwen3")
+    history = Request(messages=(QUERY, PLAIN))
+    counter.count(history.append(USER))  # the pivot: the new query, at index 2
+    retried = history.append(Message(role="assistant", content="Done"))
+    assert counter.count(retried) == count_request(retried, "qwen3")

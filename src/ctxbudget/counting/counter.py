@@ -155,6 +155,8 @@ class RequestCounter:
     def _update_messages(self, scheme: Scheme, request: Request) -> None:
         messages, old = request.messages, self._messages
         common = len(old) if extends(request, old) else common_prefix(old, messages)
+        if common == len(old) == len(messages) - 1 and common and self._append_one(messages):
+            return
         appended = common == len(old)  # the old pivot holds for messages[:common]
         pivot = scheme.pivot(messages, common, self._pivot) if appended else scheme.pivot(messages)
         start = common - 1 if common else 0  # the old last message's neighbours changed
@@ -186,6 +188,34 @@ class RequestCounter:
         self._counts.replace(start, counts)  # usually the old last message and the new one
         self._messages, self._pivot = messages, pivot
         self._prune()
+
+    def _append_one(self, messages: tuple[Message, ...]) -> bool:
+        """One message appended, the old last one with a body: the split scheme's
+        ``append_step`` in one call, where it can. False: the general step must run."""
+        split = self._split
+        if split is None:
+            return False
+        last = messages[-2]
+        body = self._bodies.get(id(last))
+        if body is None or body[0] is not last or body[1] is None:
+            return False
+        step = split.append_step(messages, self._pivot)
+        if step is None:
+            return False
+        pivot, last_flags, new_flags, text = step
+        new, frames = messages[-1], self._frames
+        framed = frames.get((last.role, last_flags))
+        if framed is None:
+            framed = self._frame(split, last.role, last_flags)
+        new_framed = frames.get((new.role, new_flags))
+        if new_framed is None:
+            new_framed = self._frame(split, new.role, new_flags)
+        tokens = split.tokens(text)
+        self._bodies[id(new)] = (new, tokens)
+        self._counts.replace(len(messages) - 2, [body[1] + framed, tokens + new_framed])
+        self._messages, self._pivot = messages, pivot
+        self._prune()
+        return True
 
     def _whole(self, scheme: Scheme, message: Message, flags: Hashable) -> tuple[int, bool]:
         """A message counted whole, per flag value."""

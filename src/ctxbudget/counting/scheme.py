@@ -81,3 +81,13 @@ class SplitScheme(Scheme, Protocol):
     def tokens(self, text: str) -> int:
         """Tokens of ``text`` as the scheme's tokenizer counts it (special tokens parsed)."""
         ...
+
+    def append_step(
+        self, messages: Sequence[Message], pivot: int
+    ) -> tuple[int, Hashable, Hashable, str] | None:
+        """An agent loop's usual step in one call: ``messages`` ends with one new message after
+        messages counted with ``pivot``, and the old last one has a body (``body`` is not
+        None). ``(pivot, flags of messages[-2], flags of messages[-1], body of messages[-1])``
+        when those are all the step changes; None where ``pivot``/``flags``/``body`` must run
+        (the counter then does). Equal to them, as a test checks."""
+        ...
