@@ -383,3 +383,15 @@ def test_a_damaged_stored_setting_is_one_line(tmp_path: Path, key: str, value: o
     assert done.returncode == 2
     (line,) = done.stderr.splitlines()
     assert f"stored setting {key}={value!r}"[:60] in line and "is not valid" in line
+
+
+def test_a_lone_surrogate_is_archived_and_read_back_as_it_was(tmp_path: Path) -> None:
+    """A JSON ``"\\ud800"`` decodes to a lone surrogate, which UTF-8 cannot hold: the record is
+    written with JSON's escape instead, and reads back to the very same message."""
+    path = tmp_path / "session.jsonl"
+    odd = Message(role="user", content="a lone \ud800 surrogate")
+    with Archive(path) as archive:
+        archive.append_message(odd)
+        archive.append_message(RICH[0])
+    path.read_bytes().decode("utf-8")  # the file stays UTF-8
+    assert load_archive(path).history == (odd, RICH[0])

@@ -315,3 +315,29 @@ def test_a_new_last_message_in_place_of_the_old_one_is_no_append() -> None:
     counter.count(history.append(USER))  # the pivot: the new query, at index 2
     retried = history.append(Message(role="assistant", content="Done"))
     assert counter.count(retried) == count_request(retried, "qwen3")
+
+
+def test_a_step_that_fails_midway_leaves_the_counter_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tokenizer failure inside a step (here a MemoryError) changes nothing the counter
+    keeps: the next step still knows the image is in the request (review: the estimates were
+    cut before the failing loop, so the next step said ``exact``)."""
+    picture = Message(role="user", content=(TextPart("pic"), ImagePart(width=64, height=64)))
+    base = Request(messages=(QUERY, picture, PLAIN))
+    counter = RequestCounter("qwen3")
+    counter.count(base)
+    tokenizer = get_tokenizer("qwen3")
+    real = tokenizer.encode
+
+    def failing(text: str, *, special: bool | None = None) -> list[int]:
+        if "BOOM" in text:
+            raise MemoryError("simulated")
+        return real(text, special=special)
+
+    monkeypatch.setattr(tokenizer, "encode", failing)
+    with pytest.raises(MemoryError):
+        counter.count(Request(messages=(QUERY, Message(role="user", content="BOOM"))))
+    grown = base.append(Message(role="user", content="And now?"))
+    assert counter.count(grown) == count_request(grown, "qwen3")
+    assert counter.count(grown).kind == "estimate"

@@ -65,7 +65,12 @@ class ArchiveState:
 
 def _digest(record: Mapping[str, Any]) -> str:
     text = json.dumps(record, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).hexdigest()
+    return text_digest(text)
+
+
+def text_digest(text: str) -> str:
+    """A short, stable digest of ``text``, lone surrogates included."""
+    return hashlib.sha1(text.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()
 
 
 @dataclass(slots=True)
@@ -281,7 +286,11 @@ class Archive:
             data = json.dumps(line, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ArchiveError(f"cannot archive a {line['type']} record: {exc}") from None
-        payload = (b"\n" if self._needs_newline else b"") + data.encode("utf-8") + b"\n"
+        try:
+            encoded = data.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (a JSON "\ud800" decodes to one)
+            encoded = json.dumps(line, separators=(",", ":")).encode("ascii")  # kept as "\ud800"
+        payload = (b"\n" if self._needs_newline else b"") + encoded + b"\n"
         if len(payload) > MAX_RECORD_BYTES:
             raise ArchiveError(
                 f"cannot archive a {line['type']} record of {len(payload):,} bytes in "

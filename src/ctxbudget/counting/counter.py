@@ -11,6 +11,7 @@ has not seen (``template_count.PieceCache``).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Hashable
 
 from ctxbudget.counting.result import PerMessage, RequestCount, RunningCounts
@@ -164,9 +165,7 @@ class RequestCounter:
             start = min(start, pivot + 1, self._pivot + 1)
         flags = scheme.flags(messages, start, pivot)
         counts: list[int] = []
-        estimates = self._estimates
-        while estimates and estimates[-1] >= start:
-            estimates.pop()
+        estimates = self._estimates[: bisect_left(self._estimates, start)]  # committed at the end
         split, bodies, frames = self._split, self._bodies, self._frames
         for i, (message, f) in enumerate(zip(messages[start:], flags, strict=True), start):
             if split is not None:  # a body's count whatever the flags, a frame's per flags
@@ -178,7 +177,7 @@ class RequestCounter:
                 if body[1] is not None:
                     frame = frames.get((message.role, f))
                     if frame is None:
-                        frame = self._frame(split, message.role, f)
+                        frame = self._new_frame(split, message.role, f)
                     counts.append(body[1] + frame)
                     continue
             tokens, estimated = self._whole(scheme, message, f)
@@ -186,7 +185,7 @@ class RequestCounter:
             if estimated:
                 estimates.append(i)
         self._counts.replace(start, counts)  # usually the old last message and the new one
-        self._messages, self._pivot = messages, pivot
+        self._estimates, self._messages, self._pivot = estimates, messages, pivot
         self._prune()
 
     def _append_one(self, messages: tuple[Message, ...]) -> bool:
@@ -206,10 +205,10 @@ class RequestCounter:
         new, frames = messages[-1], self._frames
         framed = frames.get((last.role, last_flags))
         if framed is None:
-            framed = self._frame(split, last.role, last_flags)
+            framed = self._new_frame(split, last.role, last_flags)
         new_framed = frames.get((new.role, new_flags))
         if new_framed is None:
-            new_framed = self._frame(split, new.role, new_flags)
+            new_framed = self._new_frame(split, new.role, new_flags)
         tokens = split.tokens(text)
         self._bodies[id(new)] = (new, tokens)
         self._counts.replace(len(messages) - 2, [body[1] + framed, tokens + new_framed])
@@ -227,12 +226,10 @@ class RequestCounter:
         self._cache[key] = (message, tokens, estimated)
         return tokens, estimated
 
-    def _frame(self, split: SplitScheme, role: str, flags: Hashable) -> int:
-        key = (role, flags)
-        tokens = self._frames.get(key)
-        if tokens is None:
-            framing, closing = split.frame(role, flags)
-            tokens = self._frames[key] = split.tokens(framing) + split.tokens(closing)
+    def _new_frame(self, split: SplitScheme, role: str, flags: Hashable) -> int:
+        """The frame's tokens, counted and kept on a miss of ``_frames``."""
+        framing, closing = split.frame(role, flags)
+        tokens = self._frames[(role, flags)] = split.tokens(framing) + split.tokens(closing)
         return tokens
 
     def _prune(self) -> None:

@@ -37,8 +37,9 @@ class Scheme(Protocol):
     def pivot(self, messages: Sequence[Message], start: int = 0, previous: int = NO_PIVOT) -> int:
         """An index every message's rendering may depend on (Qwen3: the last user query).
 
-        ``previous`` is the pivot of ``messages[:start]``, so an append looks at the new
-        messages only; ``start=0`` knows nothing.
+        ``previous`` is the pivot of ``messages[:start]`` (as this method gave it), so an
+        append looks at the new messages only; it must be given with ``start > 0`` (the
+        default is no pivot, not "unknown"); ``start=0`` ignores it.
         """
         ...
 

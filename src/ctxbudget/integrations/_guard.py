@@ -7,7 +7,6 @@ It only composes the core (``context_tokens``, ``Policy``, ``compact_under_line`
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import time
 from collections import Counter
@@ -30,7 +29,7 @@ from ctxbudget.agent.settings import (
 from ctxbudget.budget.context import ContextEstimate, RequestCounterLike, context_tokens
 from ctxbudget.budget.floor import check_prompt_floor, one_line
 from ctxbudget.budget.rules import Policy, validate_window
-from ctxbudget.compaction.archive import Archive
+from ctxbudget.compaction.archive import Archive, text_digest
 from ctxbudget.compaction.records import message_to_record
 from ctxbudget.compaction.summarizer import Summarizer
 from ctxbudget.errors import CompactionError, ContextOverflowError, RequestOverRateLimitError
@@ -267,5 +266,4 @@ def _digest(message: Message) -> str:
     """The message's identity in the archive: what the model reads. Usage and meta are left out:
     a message handed back to a framework and read again has lost them."""
     record = message_to_record(dataclasses.replace(message, usage=None, meta={}))
-    text = json.dumps(record, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+    return text_digest(json.dumps(record, sort_keys=True, ensure_ascii=False, default=str))

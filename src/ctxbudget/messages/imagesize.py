@@ -1,4 +1,4 @@
-"""Pixel size of a base64 image (PNG, JPEG, GIF, WebP) read from its header, without decoding it."""
+"""Pixel size of an image (PNG, JPEG, GIF, WebP), base64 or bytes, read from its header alone."""
 
 from __future__ import annotations
 
@@ -45,9 +45,9 @@ def image_size_of_bytes(data: bytes) -> tuple[int, int] | None:
 
 def _header_size(head: bytes) -> tuple[int, int] | None:
     """The size in the first 48 bytes of a PNG, GIF or WebP image."""
-    if head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR":
+    if len(head) >= 24 and head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR":
         return _positive(*struct.unpack(">II", head[16:24]))
-    if head[:6] in (b"GIF87a", b"GIF89a"):
+    if len(head) >= 10 and head[:6] in (b"GIF87a", b"GIF89a"):
         return _positive(*struct.unpack("<HH", head[6:10]))
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return _webp_size(head)

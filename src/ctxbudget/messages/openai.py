@@ -37,6 +37,8 @@ from ctxbudget.messages.model import (
 __all__ = [
     "OPENAI_ROLES",
     "ROLE_META_KEY",
+    "image_detail",
+    "image_from_bytes",
     "image_from_url",
     "message_from_openai",
     "message_to_openai",
@@ -228,13 +230,7 @@ def image_from_bytes(
 ) -> ImagePart:
     """An image part for raw image bytes (a framework's binary content): its pixel size when
     the header is PNG, JPEG, GIF or WebP, as for a data URL."""
-    size = image_size_of_bytes(data)
-    return ImagePart(
-        detail=detail,
-        media_type=media_type or None,
-        width=size[0] if size else None,
-        height=size[1] if size else None,
-    )
+    return _sized(image_size_of_bytes(data), None, detail, media_type)
 
 
 def image_from_url(url: str, detail: Literal["auto", "low", "high"] | None = None) -> ImagePart:
@@ -244,13 +240,18 @@ def image_from_url(url: str, detail: Literal["auto", "low", "high"] | None = Non
     if data is None:
         return ImagePart(url=url, detail=detail)
     media_type, payload = data
-    size = image_size(payload)
+    return _sized(image_size(payload), url, detail, media_type)
+
+
+def _sized(
+    size: tuple[int, int] | None,
+    url: str | None,
+    detail: Literal["auto", "low", "high"] | None,
+    media_type: str | None,
+) -> ImagePart:
+    width, height = size if size else (None, None)
     return ImagePart(
-        url=url,
-        detail=detail,
-        media_type=media_type or None,
-        width=size[0] if size else None,
-        height=size[1] if size else None,
+        url=url, detail=detail, media_type=media_type or None, width=width, height=height
     )
 
 
