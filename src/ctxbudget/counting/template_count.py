@@ -12,6 +12,7 @@ first; the tools' share of it is the head rendered with tools minus the head wit
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -167,7 +168,7 @@ class TemplateScheme:
         return self._total(self.tokenizer.pieces(text), cache)
 
     def _measure(
-        self, text: str, cache: PieceCache, pieces: list[str] | None = None
+        self, cache: PieceCache, text: str, pieces: list[str] | None = None
     ) -> tuple[int, tuple[bool, bool]]:
         """Tokens of ``text``, and whether its first / last piece is an added token cut at
         (as the tokenizer splits ``text``: a token it takes inside a longer one is not);
@@ -176,8 +177,8 @@ class TemplateScheme:
             pieces = self.tokenizer.pieces(text)
         if not pieces:
             return 0, (False, False)
-        is_cut = self.tokenizer.is_cut_token
-        return self._total(pieces, cache), (is_cut(pieces[0]), is_cut(pieces[-1]))
+        cuts = self.tokenizer.cut_tokens
+        return self._total(pieces, cache), (pieces[0] in cuts, pieces[-1] in cuts)
 
     def _counts(self, pieces: list[str], cache: PieceCache) -> list[int]:
         """Each piece's count: from the cache, the new ones tokenised in one batch."""
@@ -185,13 +186,18 @@ class TemplateScheme:
 
     def _total(self, pieces: list[str], cache: PieceCache) -> int:
         """The pieces' tokens, as ``sum(_counts(...))`` without the list."""
-        return sum(map(self._cached(pieces, cache).__getitem__, pieces))
+        counts = cache.counts
+        if not all(map(counts.__contains__, pieces)):
+            self._cached(pieces, cache)
+        return sum(map(counts.__getitem__, pieces))
 
     def _cached(self, pieces: list[str], cache: PieceCache) -> dict[str, int]:
         """``cache.counts`` with every piece in it: the new ones tokenised in one batch."""
         counts = cache.counts
         new = [p for p in pieces if p not in counts]
-        if new:
+        if len(new) == 1:  # a step's new message: one text, without the batch's layers
+            counts[new[0]] = self.tokenizer.count_special(new[0])
+        elif new:
             new = list(dict.fromkeys(new))
             counts.update(zip(new, self.tokenizer.count_special_many(new), strict=True))
         return counts
@@ -238,9 +244,7 @@ class TemplateScheme:
         if memo is None:
             memo = cache.loops[source] = LoopMemo()
             memo.run = memo.callback(
-                plan,
-                lambda text, pieces: self._measure(text, cache, pieces),
-                splitter(self.tokenizer),
+                plan, functools.partial(self._measure, cache), splitter(self.tokenizer)
             )
         run = memo.run
         frame = memo.frame
@@ -354,8 +358,8 @@ class TemplateScheme:
         if not marker or LOOP_MARKER in after or len(called) != 1:
             return None
         view, body, outer = called[0]
-        before_tokens, (_, before_cut) = self._measure(before, cache)
-        after_tokens, (after_cut, _) = self._measure(after, cache)
+        before_tokens, (_, before_cut) = self._measure(cache, before)
+        after_tokens, (after_cut, _) = self._measure(cache, after)
         frame = Frame(
             before=before,
             after=after,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import is_
 from typing import Any
 
 from ctxbudget.counting.result import RunningCounts
@@ -401,7 +402,9 @@ class LoopMemo:
     ) -> int:
         """The first loop position to render again; ``messages[:known]`` are known to be the
         very items the last run kept (``lineage``)."""
-        if not same_values(self.outer, outer) or not plan.loop_attrs.isdisjoint(_LENGTH):
+        last = self.outer
+        same_outer = last is not None and len(last) == len(outer) and all(map(is_, last, outer))
+        if not (same_outer or same_values(last, outer)) or not plan.loop_attrs.isdisjoint(_LENGTH):
             return 0
         old = self.items
         common = min(len(old), len(messages), len(self.texts))
