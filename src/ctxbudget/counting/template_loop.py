@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import is_
+from itertools import compress, count, islice
+from operator import is_, is_not
 from typing import Any
 
 from ctxbudget.counting.result import RunningCounts
@@ -409,7 +410,8 @@ class LoopMemo:
         old = self.items
         common = min(len(old), len(messages), len(self.texts))
         if known < common and not _starts_with(messages, old, common):  # identity first
-            common = next(i for i in range(common) if old[i] is not messages[i])
+            differ = map(is_not, islice(old, known, common), islice(messages, known, common))
+            common = next(compress(count(known), differ))  # in C: thousands of messages
         start = common - plan.after
         if "last" in plan.loop_attrs and len(old) != len(messages):
             start = min(start, len(old) - 1)

@@ -186,11 +186,24 @@ def common_prefix(old: tuple[Message, ...], new: tuple[Message, ...]) -> int:
     n = len(old)
     if _starts_with(new, old):
         return n
-    i = 0
-    limit = min(n, len(new))
-    while i < limit and same(old[i], new[i]):
-        i += 1
-    return i
+    # The longest equal prefix by prefix compares, each done in C (identity first, as
+    # ``same``): a Python loop over thousands of messages costs more than the step after it.
+    # Equal prefixes are the shorter ones, so a search finds the cut; an edit is most often
+    # near the end, where galloping back from it looks first.
+    good, bad, back = 0, min(n, len(new)) + 1, 1  # old[:good] == new[:good], [:bad] differ
+    while bad - back > good:
+        at = bad - back
+        if old[:at] == new[:at]:
+            good = at
+            break
+        bad, back = at, back * 2
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if old[:mid] == new[:mid]:
+            good = mid
+        else:
+            bad = mid
+    return good
 
 
 def _starts_with(new: tuple[Message, ...], old: tuple[Message, ...]) -> bool:
