@@ -266,7 +266,7 @@ class TemplateScheme:
                 lambda: run(
                     loop_input,
                     frame.body,
-                    list(frame.outer),
+                    frame.outer,  # a tuple: the memo keeps it, and knows it the next step
                     kept=True,
                     guard=guard,
                     lineage=lineage,
@@ -310,7 +310,7 @@ class TemplateScheme:
     ) -> RequestCount:
         """The count from the head's tokens (system prompt, tools, their framing) and each
         message's; ``message_tokens`` is ``sum(parts)``, kept by the caller."""
-        tools_tokens = self._tools_share(source, head, tools, head_tokens, cache)
+        tools_tokens = self._tools_share(source, head, tools, head_tokens, cache) if tools else 0
         system = head_tokens - tools_tokens
         return RequestCount(
             counter=self.name,
@@ -449,7 +449,7 @@ def _per_message(
     n = len(counts)
     if n <= lead:
         return (0,) * (zeros - 1) + (after,) if zeros else ()
-    if not (lead or zeros or extra.keys() - {n - 1}):
+    if not (lead or zeros or (extra and extra.keys() - {n - 1})):
         return counts.view(extra.get(n - 1, 0) + after)
     items = counts.items
     lent = {**extra, n - 1: extra.get(n - 1, 0) + after}

@@ -190,7 +190,10 @@ def common_prefix(old: tuple[Message, ...], new: tuple[Message, ...]) -> int:
     # ``same``): a Python loop over thousands of messages costs more than the step after it.
     # Equal prefixes are the shorter ones, so a search finds the cut; an edit is most often
     # near the end, where galloping back from it looks first.
-    good, bad, back = 0, min(n, len(new)) + 1, 1  # old[:good] == new[:good], [:bad] differ
+    limit = min(n, len(new))
+    good, bad, back = 0, limit + 1, 1  # old[:good] == new[:good], [:bad] differ
+    if limit and not same(old[limit - 1], new[limit - 1]):
+        bad = limit  # the last one differs (an edit of it): one compare of the rest, not two
     while bad - back > good:
         at = bad - back
         if old[:at] == new[:at]:
