@@ -177,8 +177,10 @@ class TemplateScheme:
             pieces = self.tokenizer.pieces(text)
         if not pieces:
             return 0, (False, False)
-        cuts = self.tokenizer.cut_tokens
-        return self._total(pieces, cache), (pieces[0] in cuts, pieces[-1] in cuts)
+        counts, cuts = cache.counts, self.tokenizer.cut_tokens
+        if not all(map(counts.__contains__, pieces)):  # ``_total``, one call less a step
+            self._cached(pieces, cache)
+        return sum(map(counts.__getitem__, pieces)), (pieces[0] in cuts, pieces[-1] in cuts)
 
     def _counts(self, pieces: list[str], cache: PieceCache) -> list[int]:
         """Each piece's count: from the cache, the new ones tokenised in one batch."""
@@ -279,8 +281,10 @@ class TemplateScheme:
                 return None
         items = memo.items
         offset = len(messages) - len(items)
-        suffix = not items or (
-            offset >= 0 and same(items[0], messages[offset]) and same(items[-1], messages[-1])
+        suffix = not items or (  # identity first: ``same`` calls only where it fails
+            offset >= 0
+            and (items[0] is messages[offset] or same(items[0], messages[offset]))
+            and (items[-1] is messages[-1] or same(items[-1], messages[-1]))
         )
         if not suffix or not self._apart(frame, memo):
             memo.frame = None

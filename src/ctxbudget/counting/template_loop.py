@@ -434,7 +434,8 @@ def _texts(
     n = len(messages)
     made: list[tuple[str, list[str] | None] | None]
     if shapes is not None:
-        shapes.use(outer)
+        if shapes.outer is not outer:  # a frame's tuple, known: most steps
+            shapes.use(outer)
         limit = value_limit()
         made = [shapes.text(messages[i], i, n, limit) for i in changed]
     else:
