@@ -162,6 +162,12 @@ def test_common_prefix_by_identity_or_value() -> None:
     assert common_prefix((a, b), (a, c, b)) == 1
     assert common_prefix((a, b), (Message(role="user", content="a"), b)) == 2
     assert common_prefix((), (a,)) == 0
+    # Every cut of a long history (found by prefix compares, not a loop), an equal copy before it.
+    history = tuple(Message(role="user", content=f"m{i}") for i in range(40))
+    for cut in range(40):
+        edited = (*history[:3], Message(role="user", content="m3"), *history[4:cut], c)
+        assert common_prefix(history, edited) == max(cut, 4)
+        assert common_prefix(edited, history) == common_prefix(history, edited)
     with pytest.raises(TypeError):  # what _starts_with relies on: messages have no order
         assert a <= b  # type: ignore[operator]
 

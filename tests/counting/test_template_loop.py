@@ -59,13 +59,18 @@ def test_a_step_renders_and_tokenises_only_the_new_message(
     counter = f"hf:{hf_folder('llama3-cl100k')}"
     tokenizer = get_tokenizer(counter)
     encoded: list[str] = []
-    real = tokenizer.count_special_many
+    real, real_one = tokenizer.count_special_many, tokenizer.count_special
 
     def recording(texts: list[str]) -> list[int]:
         encoded.extend(texts)
         return real(texts)
 
+    def recording_one(text: str) -> int:  # a step's one new piece
+        encoded.append(text)
+        return real_one(text)
+
     monkeypatch.setattr(tokenizer, "count_special_many", recording)
+    monkeypatch.setattr(tokenizer, "count_special", recording_one)
     turns = tuple(
         Message(role="user" if i % 2 == 0 else "assistant", content=f"turn {i} of the talk")
         for i in range(6)

@@ -190,14 +190,18 @@ def test_a_step_that_fails_outside_jinja_fails_as_a_fresh_count_does(
     did it once; the tokenizer now counts one as U+FFFD, so a refusal is made here.)"""
     name = f"hf:{hf_folder('llama3-cl100k')}"
     tokenizer = get_tokenizer(name)
-    real = tokenizer.count_special_many
+    real, real_one = tokenizer.count_special_many, tokenizer.count_special
 
     def refusing(texts: list[str]) -> list[int]:
         if any("refused" in t for t in texts):
             raise TypeError("the tokenizer refuses this text")
         return real(texts)
 
+    def refusing_one(text: str) -> int:  # a step's one new piece
+        return refusing([text])[0] if "refused" in text else real_one(text)
+
     monkeypatch.setattr(tokenizer, "count_special_many", refusing)
+    monkeypatch.setattr(tokenizer, "count_special", refusing_one)
     counter = RequestCounter(name)
     request = Request(messages=(_user("hi"),))
     counter.count(request)

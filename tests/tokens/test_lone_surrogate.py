@@ -48,6 +48,7 @@ def test_an_hf_folder_counts_a_lone_surrogate_as_u_fffd(
         len(tokenizer.encode("plain", special=True)),
         len(tokenizer.encode(VALID, special=True)),
     ]
+    assert tokenizer.count_special(LONE) == len(tokenizer.encode(VALID, special=True))  # a step's
 
     def request(text: str) -> Request:
         return Request(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,16 +127,18 @@ class ShapeTexts:
         default_factory=dict
     )
     """Each shape's builder (``_builder``) by key; None for a shape not proven."""
-    outer: list[Any] | None = None
+    outer: Sequence[Any] | None = None
 
-    def use(self, outer: list[Any]) -> None:
+    def use(self, outer: Sequence[Any]) -> None:
         """Forget the shapes when the values from before the loop changed (type and value)."""
         old = self.outer
-        if old is not None and len(old) == len(outer) and all(map(operator.is_, old, outer)):
-            return  # the same objects: most steps
+        if old is outer or (
+            old is not None and len(old) == len(outer) and all(map(operator.is_, old, outer))
+        ):
+            return  # the same objects (a frame's very tuple): most steps
         if not same_values(old, outer):
             self.known.clear()
-            self.outer = list(outer)
+            self.outer = outer if type(outer) is tuple else list(outer)
 
     def text(self, message: Any, i: int, n: int, limit: int) -> Built | None:
         """The body's text for ``message`` at ``i`` of ``n`` (and its pieces where they are
@@ -214,7 +216,7 @@ def _builder(shape: Shape, splitter: Splitter | None) -> Callable[[str, int], Bu
     return usual
 
 
-def same_values(old: list[Any] | None, new: list[Any]) -> bool:
+def same_values(old: Sequence[Any] | None, new: Sequence[Any]) -> bool:
     """The values a loop body reads from before the loop render as they did: each of the same
     type and equal, and a float with the same text too (``-0.0 == 0.0``, printed apart)."""
     if old is None or len(old) != len(new):

@@ -12,6 +12,7 @@ first; the tools' share of it is the head rendered with tools minus the head wit
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -167,7 +168,7 @@ class TemplateScheme:
         return self._total(self.tokenizer.pieces(text), cache)
 
     def _measure(
-        self, text: str, cache: PieceCache, pieces: list[str] | None = None
+        self, cache: PieceCache, text: str, pieces: list[str] | None = None
     ) -> tuple[int, tuple[bool, bool]]:
         """Tokens of ``text``, and whether its first / last piece is an added token cut at
         (as the tokenizer splits ``text``: a token it takes inside a longer one is not);
@@ -176,8 +177,10 @@ class TemplateScheme:
             pieces = self.tokenizer.pieces(text)
         if not pieces:
             return 0, (False, False)
-        is_cut = self.tokenizer.is_cut_token
-        return self._total(pieces, cache), (is_cut(pieces[0]), is_cut(pieces[-1]))
+        counts, cuts = cache.counts, self.tokenizer.cut_tokens
+        if not all(map(counts.__contains__, pieces)):  # ``_total``, one call less a step
+            self._cached(pieces, cache)
+        return sum(map(counts.__getitem__, pieces)), (pieces[0] in cuts, pieces[-1] in cuts)
 
     def _counts(self, pieces: list[str], cache: PieceCache) -> list[int]:
         """Each piece's count: from the cache, the new ones tokenised in one batch."""
@@ -185,13 +188,18 @@ class TemplateScheme:
 
     def _total(self, pieces: list[str], cache: PieceCache) -> int:
         """The pieces' tokens, as ``sum(_counts(...))`` without the list."""
-        return sum(map(self._cached(pieces, cache).__getitem__, pieces))
+        counts = cache.counts
+        if not all(map(counts.__contains__, pieces)):
+            self._cached(pieces, cache)
+        return sum(map(counts.__getitem__, pieces))
 
     def _cached(self, pieces: list[str], cache: PieceCache) -> dict[str, int]:
         """``cache.counts`` with every piece in it: the new ones tokenised in one batch."""
         counts = cache.counts
         new = [p for p in pieces if p not in counts]
-        if new:
+        if len(new) == 1:  # a step's new message: one text, without the batch's layers
+            counts[new[0]] = self.tokenizer.count_special(new[0])
+        elif new:
             new = list(dict.fromkeys(new))
             counts.update(zip(new, self.tokenizer.count_special_many(new), strict=True))
         return counts
@@ -238,9 +246,7 @@ class TemplateScheme:
         if memo is None:
             memo = cache.loops[source] = LoopMemo()
             memo.run = memo.callback(
-                plan,
-                lambda text, pieces: self._measure(text, cache, pieces),
-                splitter(self.tokenizer),
+                plan, functools.partial(self._measure, cache), splitter(self.tokenizer)
             )
         run = memo.run
         frame = memo.frame
@@ -262,7 +268,7 @@ class TemplateScheme:
                 lambda: run(
                     loop_input,
                     frame.body,
-                    list(frame.outer),
+                    frame.outer,  # a tuple: the memo keeps it, and knows it the next step
                     kept=True,
                     guard=guard,
                     lineage=lineage,
@@ -275,8 +281,10 @@ class TemplateScheme:
                 return None
         items = memo.items
         offset = len(messages) - len(items)
-        suffix = not items or (
-            offset >= 0 and same(items[0], messages[offset]) and same(items[-1], messages[-1])
+        suffix = not items or (  # identity first: ``same`` calls only where it fails
+            offset >= 0
+            and (items[0] is messages[offset] or same(items[0], messages[offset]))
+            and (items[-1] is messages[-1] or same(items[-1], messages[-1]))
         )
         if not suffix or not self._apart(frame, memo):
             memo.frame = None
@@ -306,7 +314,7 @@ class TemplateScheme:
     ) -> RequestCount:
         """The count from the head's tokens (system prompt, tools, their framing) and each
         message's; ``message_tokens`` is ``sum(parts)``, kept by the caller."""
-        tools_tokens = self._tools_share(source, head, tools, head_tokens, cache)
+        tools_tokens = self._tools_share(source, head, tools, head_tokens, cache) if tools else 0
         system = head_tokens - tools_tokens
         return RequestCount(
             counter=self.name,
@@ -354,8 +362,8 @@ class TemplateScheme:
         if not marker or LOOP_MARKER in after or len(called) != 1:
             return None
         view, body, outer = called[0]
-        before_tokens, (_, before_cut) = self._measure(before, cache)
-        after_tokens, (after_cut, _) = self._measure(after, cache)
+        before_tokens, (_, before_cut) = self._measure(cache, before)
+        after_tokens, (after_cut, _) = self._measure(cache, after)
         frame = Frame(
             before=before,
             after=after,
@@ -445,7 +453,7 @@ def _per_message(
     n = len(counts)
     if n <= lead:
         return (0,) * (zeros - 1) + (after,) if zeros else ()
-    if not (lead or zeros or extra.keys() - {n - 1}):
+    if not (lead or zeros or (extra and extra.keys() - {n - 1})):
         return counts.view(extra.get(n - 1, 0) + after)
     items = counts.items
     lent = {**extra, n - 1: extra.get(n - 1, 0) + after}

@@ -169,8 +169,11 @@ class Frame:
     def reusable(self, messages: list[Any], tools: Any, now: Callable[[str], str]) -> bool:
         """True when a render of ``messages`` would read the same objects as this one did."""
         reads = self.reads
-        if tools is not self.tools or any(now(fmt) != text for fmt, text in reads.clock):
+        if tools is not self.tools:
             return False
+        for fmt, text in reads.clock:  # loops, not generators: a step runs each once
+            if now(fmt) != text:
+                return False
         n = len(messages)
         cuts = self.length_cuts
         for path, length in reads.lengths:
@@ -179,7 +182,7 @@ class Frame:
                 return False
         for path, index, value in reads.items:
             try:
-                got = messages[_view(n, path)[index]]
+                got = messages[_view(n, path)[index] if path else index]
             except IndexError:
                 got = _MISSING
             if got is not value:

@@ -12,8 +12,10 @@ Other templates are rendered whole (``TemplateScheme``'s general path).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, count, islice
+from operator import is_, is_not
 from typing import Any
 
 from ctxbudget.counting.result import RunningCounts
@@ -256,7 +258,7 @@ class LoopMemo:
     items: list[Any] = field(default_factory=list)
     """The items of the last render's loop (equal to them, the same objects but where a
     ``kept`` render found them equal)."""
-    outer: list[Any] | None = None
+    outer: Sequence[Any] | None = None
     texts: list[str] = field(default_factory=list)
     counts: RunningCounts = field(default_factory=RunningCounts)
     edges: list[tuple[bool, bool]] = field(default_factory=list)
@@ -295,7 +297,7 @@ class LoopMemo:
         def run(
             messages: list[Any],
             body: Any,
-            outer: list[Any],
+            outer: Sequence[Any],
             kept: bool = False,
             guard: Callable[[Callable[[], None]], None] | None = None,
             lineage: tuple[Any, Any, int] | None = None,
@@ -327,7 +329,7 @@ class LoopMemo:
                 self.items[start:] = messages[start:n]
             else:  # a fresh list from the template's call
                 self.items = messages
-            self.outer = list(outer)
+            self.outer = outer if type(outer) is tuple else list(outer)  # a frame's: kept
             self.state = lineage[0] if kept and lineage is not None else None
             return LOOP_MARKER
 
@@ -397,16 +399,21 @@ class LoopMemo:
         return fixes
 
     def _first_stale(
-        self, plan: LoopPlan, messages: list[Any], outer: list[Any], known: int = 0
+        self, plan: LoopPlan, messages: list[Any], outer: Sequence[Any], known: int = 0
     ) -> int:
         """The first loop position to render again; ``messages[:known]`` are known to be the
         very items the last run kept (``lineage``)."""
-        if not same_values(self.outer, outer) or not plan.loop_attrs.isdisjoint(_LENGTH):
+        last = self.outer
+        same_outer = last is outer or (
+            last is not None and len(last) == len(outer) and all(map(is_, last, outer))
+        )
+        if not (same_outer or same_values(last, outer)) or not plan.loop_attrs.isdisjoint(_LENGTH):
             return 0
         old = self.items
         common = min(len(old), len(messages), len(self.texts))
-        if known < common and not _starts_with(messages, old, common):  # identity first
-            common = next(i for i in range(common) if old[i] is not messages[i])
+        if known < common and not _starts_with(messages, old, common, known):  # identity first
+            differ = map(is_not, islice(old, known, common), islice(messages, known, common))
+            common = next(compress(count(known), differ))  # in C: thousands of messages
         start = common - plan.after
         if "last" in plan.loop_attrs and len(old) != len(messages):
             start = min(start, len(old) - 1)
@@ -419,17 +426,20 @@ def _texts(
     changed: list[int],
     messages: list[Any],
     body: Any,
-    outer: list[Any],
+    outer: Sequence[Any],
     guard: Callable[[Callable[[], None]], None] | None,
 ) -> list[tuple[str, list[str] | None]]:
     """The loop texts of the ``changed`` positions, with their pieces where a proven shape
     gives them; a message with no proven shape is rendered by Jinja (within ``guard``)."""
     n = len(messages)
-    made: list[tuple[str, list[str] | None] | None] = [None] * len(changed)
+    made: list[tuple[str, list[str] | None] | None]
     if shapes is not None:
-        shapes.use(outer)
+        if shapes.outer is not outer:  # a frame's tuple, known: most steps
+            shapes.use(outer)
         limit = value_limit()
         made = [shapes.text(messages[i], i, n, limit) for i in changed]
+    else:
+        made = [None] * len(changed)
     if None in made:
         slow = [k for k, text in enumerate(made) if text is None]
         looks = bool(plan.loop_attrs)  # a body that never reads ``loop`` needs none
@@ -444,11 +454,14 @@ def _texts(
     return made  # type: ignore[return-value]
 
 
-def _starts_with(new: list[Any], old: list[Any], common: int) -> bool:
+def _starts_with(new: list[Any], old: list[Any], common: int, known: int = 0) -> bool:
     """``new[:common] == old[:common]`` (items by identity, then value) without slicing all of
     ``old``: a slice's reference counts touch every message, a step's cost at thousands of
-    them. On a pure append (``old`` whole) ``new`` is cut to ``old``'s length for the compare
-    and given its tail back (lists of unequal length compare unequal at once)."""
+    them. The first ``known`` items are known the same (only the rest are compared). On a pure
+    append (``old`` whole) ``new`` is cut to ``old``'s length for the compare and given its
+    tail back (lists of unequal length compare unequal at once)."""
+    if known:
+        return bool(old[known:common] == new[known:common])
     if type(new) is not list or common != len(old) or common > len(new):
         return bool(old[:common] == new[:common])
     tail = new[common:]

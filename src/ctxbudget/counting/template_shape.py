@@ -5,7 +5,7 @@ functions, every test decided by the shape. Unproven shapes are rendered by Jinj
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,7 +106,7 @@ class BodyShapes:
             self.last and i == n - 1,
         )
 
-    def walk(self, message: dict[str, Any], i: int, n: int, outer: list[Any]) -> Shape | None:
+    def walk(self, message: dict[str, Any], i: int, n: int, outer: Sequence[Any]) -> Shape | None:
         """The shape of ``message`` at ``i`` of ``n``, proven over the body; None if unproven."""
         walker = _Walker(self, message, i, n, dict(zip(self.outer, outer, strict=True)))
         try:

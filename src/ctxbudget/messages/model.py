@@ -186,11 +186,27 @@ def common_prefix(old: tuple[Message, ...], new: tuple[Message, ...]) -> int:
     n = len(old)
     if _starts_with(new, old):
         return n
-    i = 0
+    # The longest equal prefix by prefix compares, each done in C (identity first, as
+    # ``same``): a Python loop over thousands of messages costs more than the step after it.
+    # Equal prefixes are the shorter ones, so a search finds the cut; an edit is most often
+    # near the end, where galloping back from it looks first.
     limit = min(n, len(new))
-    while i < limit and same(old[i], new[i]):
-        i += 1
-    return i
+    good, bad, back = 0, limit + 1, 1  # old[:good] == new[:good], [:bad] differ
+    if limit and not same(old[limit - 1], new[limit - 1]):
+        bad = limit  # the last one differs (an edit of it): one compare of the rest, not two
+    while bad - back > good:
+        at = bad - back
+        if old[:at] == new[:at]:
+            good = at
+            break
+        bad, back = at, back * 2
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if old[:mid] == new[:mid]:
+            good = mid
+        else:
+            bad = mid
+    return good
 
 
 def _starts_with(new: tuple[Message, ...], old: tuple[Message, ...]) -> bool:

@@ -136,9 +136,11 @@ class ExactTokenizer:
         boundary: Boundary | None = None,
         pattern: str | None = None,
         count_batch: Callable[[list[str]], list[int]] | None = None,
+        count_one: Callable[[str], int] | None = None,
     ) -> None:
         self.name = name
         self._count_batch = count_batch
+        self._count_one = count_one
         self.pattern = pattern
         """The pre-tokenizer's split pattern, where it is one regex (tiktoken, byte-level BPE)."""
         self.vocab_size = vocab_size
@@ -147,6 +149,8 @@ class ExactTokenizer:
         self._special = encode_special
         self._nfc = normalize_nfc
         self._boundary = boundary
+        self.cut_tokens: frozenset[str] = boundary.cuts if boundary is not None else frozenset()
+        """The added tokens :meth:`pieces` cuts at (``is_cut_token``'s set)."""
 
     def encode(self, text: str, *, special: bool | None = None) -> list[int]:
         """Token ids of ``text``; ``special`` overrides whether special tokens are parsed."""
@@ -175,6 +179,16 @@ class ExactTokenizer:
         """The exact number of tokens in ``text``."""
         return len(self.encode(text))
 
+    def count_special(self, text: str) -> int:
+        """``len(encode(text, special=True))``, by the tokenizer's own count where it has one
+        (no list of ids): a step's one new piece."""
+        if self._count_one is not None and not self._nfc:
+            try:
+                return self._count_one(text)
+            except (TypeError, UnicodeEncodeError):
+                pass  # a lone surrogate: repaired by ``encode``
+        return len(self.encode(text, special=True))
+
     def count_special_many(self, texts: list[str]) -> list[int]:
         """Token counts of ``texts`` with special tokens parsed (in parallel where the
         tokenizer can: Hugging Face ``encode_batch``)."""
@@ -187,7 +201,7 @@ class ExactTokenizer:
 
     def is_cut_token(self, piece: str) -> bool:
         """True when ``piece`` is an added token that :meth:`pieces` cuts at."""
-        return self._boundary is not None and piece in self._boundary.cuts
+        return piece in self.cut_tokens
 
     @property
     def added_tokens(self) -> frozenset[str]:
@@ -582,6 +596,10 @@ def _build_hf(path: str) -> ExactTokenizer:
         tok.encode_special_tokens = split_specials
         return [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)]
 
+    def count_one(text: str) -> int:
+        tok.encode_special_tokens = split_specials
+        return len(tok.encode(text, add_special_tokens=False))
+
     return ExactTokenizer(
         f"{HF_PREFIX}{path}",
         ordinary,
@@ -591,6 +609,7 @@ def _build_hf(path: str) -> ExactTokenizer:
         boundary=_boundary(tok, facts),
         pattern=_split_pattern(tok),
         count_batch=count_batch,
+        count_one=count_one,
     )
 
 
