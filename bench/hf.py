@@ -59,10 +59,12 @@ def step(counter: str, base: Request, repeat: int, added_text: str) -> tuple[flo
     here too, once, while the history keeps its
     size. The new message (``added_text``) takes the other role than the last one (user after a
     reply, reply after a user), or is a tool result when it is ``TOOL_RESULT``.
-    The baseline is the tokenizer's ``encode(text, special=True)`` of another new text of the
-    same kind, after the same work (counting another previous request): each side tokenises a
-    text it has not seen, as a loop does; timing the step's own text again right after would
-    find it in the CPU caches, 5-25% faster. Garbage collection is off while timing.
+    The baseline is the tokenizer's ``count_special(text)`` (its cheapest exact count: a
+    Hugging Face folder's encode without the list of ids, as the step counts) of another new
+    text of the same kind, after the same work (counting another previous request): each side
+    tokenises a text it has not seen, as a loop does; timing the step's own text again right
+    after would find it in the CPU caches, 5-25% faster. Garbage collection is off while
+    timing.
     """
     last = base.messages[-1]
     role = "assistant" if last.role == "user" else "user"
@@ -88,7 +90,7 @@ def step(counter: str, base: Request, repeat: int, added_text: str) -> tuple[flo
             rc.count(previous(f"{i}b"))
             text = f"{i}b {added_text}"
             start = time.perf_counter()
-            tokenizer.encode(text, special=True)
+            tokenizer.count_special(text)
             if i >= 3:
                 steps.append(took)
                 alone.append(time.perf_counter() - start)
@@ -114,8 +116,8 @@ def trace_steps() -> list[list[Message]]:
 
 def real_steps(counter: str, base: Request, steps: list[list[Message]]) -> tuple[float, ...]:
     """The real sessions' steps replayed after ``base``, each counted by one RequestCounter
-    right after the one before, as in a loop, and the same tokenizer's ``encode`` of fresh
-    copies of each step's new texts. The two take turns going first: the second finds the
+    right after the one before, as in a loop, and the same tokenizer's ``count_special`` of
+    fresh copies of each step's new texts. The two take turns going first: the second finds the
     text in the CPU caches (5-25% faster on a 100-token text), so each side gets half the
     steps cold and half warm, and a slower spell of the shared machine hits both. Returns
     (total step time, total time tokenising alone, median of the per-step ratios, that median
@@ -131,7 +133,7 @@ def real_steps(counter: str, base: Request, steps: list[list[Message]]) -> tuple
 
     def tokenise(texts: list[str]) -> None:
         start = time.perf_counter()
-        sizes.append(sum(len(tokenizer.encode(text, special=True)) for text in texts))
+        sizes.append(sum(tokenizer.count_special(text) for text in texts))
         alone.append(time.perf_counter() - start)
 
     gc.collect()
@@ -203,7 +205,7 @@ class AppendFloor:
         self.total = 0
 
     def _one(self, message: Message) -> int:
-        return len(self.tokenizer.encode(message_text(message), special=True)) + 5
+        return self.tokenizer.count_special(message_text(message)) + 5
 
     def count(self, request: Request) -> RequestCount:
         messages = request.messages
@@ -267,7 +269,7 @@ def floor_rows(repeat: int = 301) -> list[str]:
                     qwen3.count(before(f"{i}alone"))
                     text = f"{i}alone {NEW}"
                     start = time.perf_counter()
-                    tokenizer.encode(text, special=True)
+                    tokenizer.count_special(text)
                     took["alone"].append(time.perf_counter() - start)
             finally:
                 gc.enable()
