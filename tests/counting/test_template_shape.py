@@ -88,6 +88,14 @@ def _shapes(source: str, tokenizer: ExactTokenizer, outer: list[Any]) -> ShapeTe
     return shapes
 
 
+def _shapes_of(
+    source: str, messages: list[dict[str, Any]], tokenizer: ExactTokenizer
+) -> ShapeTexts:
+    """The shapes of ``source``'s loop body, with the values from before the loop that a render
+    of ``messages`` gives."""
+    return _shapes(source, tokenizer, _loop(source, messages)[1])
+
+
 def _templates(hf_folder: Callable[[str], Path]) -> list[str]:
     found = [s for f in FOLDERS for _, s in load_folder_template(str(hf_folder(f))).templates]
     return [s for s in (*found, *MADE.values()) if plan_loop(s) is not None]
@@ -137,8 +145,7 @@ def test_a_body_the_shape_does_not_decide_is_left_to_jinja(
     tokenizer = get_tokenizer(f"hf:{hf_folder('llama3-cl100k')}")
     plan = plan_loop(source)
     assert plan is not None and plan.shapes is not None  # message-local: only the shape fails
-    _, outer = _loop(source, messages)
-    shapes = _shapes(source, tokenizer, outer)
+    shapes = _shapes_of(source, messages, tokenizer)
     assert [shapes.text(m, i, 2, LIMIT) for i, m in enumerate(messages)] == [None, None]
 
 
@@ -147,8 +154,7 @@ def test_the_path_decides_what_is_proven(hf_folder: Callable[[str], Path]) -> No
     source = MADE["tested"]
     tokenizer = get_tokenizer(f"hf:{hf_folder('llama3-cl100k')}")
     messages = [{"role": "user", "content": "an error"}, {"role": "tool", "content": "error"}]
-    _, outer = _loop(source, messages)
-    shapes = _shapes(source, tokenizer, outer)
+    shapes = _shapes_of(source, messages, tokenizer)
     assert shapes.text(messages[0], 0, 2, LIMIT) == (
         "<|eot_id|>an error",
         ["<|eot_id|>", "an error"],
@@ -163,8 +169,7 @@ def test_a_literal_that_may_begin_a_token_is_cut_by_a_scan(
     source = MADE["straddles"]
     tokenizer = get_tokenizer(f"hf:{hf_folder('llama3-cl100k')}")
     messages = [{"role": "user", "content": "t_id|>x"}]
-    _, outer = _loop(source, messages)
-    built = _shapes(source, tokenizer, outer).text(messages[0], 0, 1, LIMIT)
+    built = _shapes_of(source, messages, tokenizer).text(messages[0], 0, 1, LIMIT)
     assert built == ("<|eot_id|><|eot_id|>xuser-", None)
     assert tokenizer.pieces(built[0]) == ["<|eot_id|>", "<|eot_id|>", "xuser-"]
 
@@ -173,8 +178,7 @@ def test_an_empty_content_is_its_own_shape(hf_folder: Callable[[str], Path]) -> 
     source = MADE["branches"]
     tokenizer = get_tokenizer(f"hf:{hf_folder('llama3-cl100k')}")
     messages = [{"role": "assistant", "content": "a"}, {"role": "assistant", "content": ""}]
-    _, outer = _loop(source, messages)
-    shapes = _shapes(source, tokenizer, outer)
+    shapes = _shapes_of(source, messages, tokenizer)
     assert [shapes.text(m, 0, 3, LIMIT) for m in messages] == [
         ('["a"]', ['["a"]']),
         ("(empty)", ["(empty)"]),
@@ -197,8 +201,7 @@ def test_llama3_turns_and_tool_results_are_built_and_cut_without_jinja(
         {"role": "tool", "content": 'out "1"', "tool_call_id": "c1"},
         {"role": "user", "content": "says <|eot_id|> itself"},
     ]
-    _, outer = _loop(source, messages)
-    shapes = _shapes(source, tokenizer, outer)
+    shapes = _shapes_of(source, messages, tokenizer)
     built = [shapes.text(m, i, 4, LIMIT) for i, m in enumerate(messages)]
     assert built[0] == (
         "<|start_header_id|>user<|end_header_id|>\n\na question<|eot_id|>",

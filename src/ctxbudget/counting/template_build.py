@@ -132,10 +132,6 @@ class ShapeTexts:
     def use(self, outer: Sequence[Any]) -> None:
         """Forget the shapes when the values from before the loop changed (type and value)."""
         old = self.outer
-        if old is outer or (
-            old is not None and len(old) == len(outer) and all(map(operator.is_, old, outer))
-        ):
-            return  # the same objects (a frame's very tuple): most steps
         if not same_values(old, outer):
             self.known.clear()
             self.outer = outer if type(outer) is tuple else list(outer)
@@ -217,10 +213,15 @@ def _builder(shape: Shape, splitter: Splitter | None) -> Callable[[str, int], Bu
 
 
 def same_values(old: Sequence[Any] | None, new: Sequence[Any]) -> bool:
-    """The values a loop body reads from before the loop render as they did: each of the same
-    type and equal, and a float with the same text too (``-0.0 == 0.0``, printed apart)."""
+    """The values a loop body reads from before the loop render as they did: each the same
+    object, or of the same type and equal, and a float with the same text too (``-0.0 ==
+    0.0``, printed apart)."""
+    if old is new:
+        return True  # a frame's very tuple: most steps
     if old is None or len(old) != len(new):
         return False
+    if all(map(operator.is_, old, new)):  # the same objects, compared in C
+        return True
     try:
         return all(
             type(a) is type(b) and bool(a == b) and (type(a) is not float or repr(a) == repr(b))

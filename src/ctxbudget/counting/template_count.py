@@ -177,10 +177,8 @@ class TemplateScheme:
             pieces = self.tokenizer.pieces(text)
         if not pieces:
             return 0, (False, False)
-        counts, cuts = cache.counts, self.tokenizer.cut_tokens
-        if not all(map(counts.__contains__, pieces)):  # ``_total``, one call less a step
-            self._cached(pieces, cache)
-        return sum(map(counts.__getitem__, pieces)), (pieces[0] in cuts, pieces[-1] in cuts)
+        cuts = self.tokenizer.cut_tokens
+        return self._total(pieces, cache), (pieces[0] in cuts, pieces[-1] in cuts)
 
     def _counts(self, pieces: list[str], cache: PieceCache) -> list[int]:
         """Each piece's count: from the cache, the new ones tokenised in one batch."""

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, count, islice
-from operator import is_, is_not
+from operator import is_not
 from typing import Any
 
 from ctxbudget.counting.result import RunningCounts
@@ -403,11 +403,7 @@ class LoopMemo:
     ) -> int:
         """The first loop position to render again; ``messages[:known]`` are known to be the
         very items the last run kept (``lineage``)."""
-        last = self.outer
-        same_outer = last is outer or (
-            last is not None and len(last) == len(outer) and all(map(is_, last, outer))
-        )
-        if not (same_outer or same_values(last, outer)) or not plan.loop_attrs.isdisjoint(_LENGTH):
+        if not same_values(self.outer, outer) or not plan.loop_attrs.isdisjoint(_LENGTH):
             return 0
         old = self.items
         common = min(len(old), len(messages), len(self.texts))
