@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxbudget.counting import PerMessage, RequestCounter, count_request
+from ctxbudget.counting.result import RequestCount, RunningCounts, request_count
 from ctxbudget.messages.model import Message, Request
 
 
@@ -43,3 +47,35 @@ def test_counts_handed_out_keep_their_breakdown_after_later_steps() -> None:
     for got, expected in kept:
         assert isinstance(got.per_message, PerMessage)
         assert got.per_message == expected.per_message and got == expected
+
+
+def test_request_count_by_position_is_the_dataclass_made_by_keywords() -> None:
+    fields = [f.name for f in dataclasses.fields(RequestCount)]
+    values = ["qwen3", "exact", 30, 5, 6, 19, (9, 10), 11]
+    made = request_count(*values)  # type: ignore[arg-type]
+    assert made == RequestCount(**dict(zip(fields, values, strict=True)))
+    assert vars(made) == dict(zip(fields, values, strict=True))  # every field, no other
+    assert hash(made) == hash(RequestCount(**dict(zip(fields, values, strict=True))))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.total = 1  # type: ignore[misc]
+
+
+_EDITS = st.tuples(st.integers(0, 12), st.lists(st.integers(0, 99), max_size=4))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_EDITS, max_size=12))
+def test_running_counts_change_under_no_view_handed_out(
+    edits: list[tuple[int, list[int]]],
+) -> None:
+    counts, model = RunningCounts(), []
+    handed: list[tuple[PerMessage, tuple[int, ...]]] = []
+    for start, new in edits:
+        start = min(start, len(model))
+        counts.replace(start, new)
+        model[start:] = new
+        assert counts.items == model and counts.total == sum(model)
+        if model:  # a count handed out after each step, as RequestCounter does
+            handed.append((counts.view(3), (*model[:-1], model[-1] + 3)))
+    for view, seen in handed:  # first read at the end: a view reads its list when read
+        assert view == seen

@@ -14,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Hashable
 
-from ctxbudget.counting.result import PerMessage, RequestCount, RunningCounts
+from ctxbudget.counting.result import PerMessage, RequestCount, RunningCounts, request_count
 from ctxbudget.counting.scheme import NO_PIVOT, Scheme, SplitScheme
 from ctxbudget.counting.select import choose_scheme, counter_name_for_model
 from ctxbudget.counting.template_count import PieceCache, TemplateScheme
@@ -34,21 +34,13 @@ def _assemble(
     system, tools = head
     messages = counts.total
     per_message: PerMessage | tuple[()] = ()
-    if counts:  # a view, not a copy: the last count lent the reply primer
+    if counts.items:  # a view, not a copy: the last count lent the reply primer
         per_message = counts.view(generation)
         messages += generation
     else:
         system += generation  # no message to carry the reply primer: the head does
-    return RequestCount(
-        counter=name,
-        kind=kind,
-        total=system + tools + messages,
-        system=system,
-        tools=tools,
-        messages=messages,
-        per_message=per_message,
-        floor=system + tools,
-    )
+    floor = system + tools
+    return request_count(name, kind, floor + messages, system, tools, messages, per_message, floor)
 
 
 def count_with(scheme: Scheme | TemplateScheme, request: Request) -> RequestCount:
@@ -129,6 +121,17 @@ class RequestCounter:
 
     def count(self, request: Request) -> RequestCount:
         """The count of ``request``, equal to ``count_request`` with the same counter."""
+        old, split = self._messages, self._split
+        if (  # a loop's usual step first: one message appended, the head as it was
+            old
+            and split is not None
+            and extends(request, old)
+            and len(request.messages) == len(old) + 1
+            and request.system == self._system
+            and same(self._tools, request.tools)
+            and self._append_one(split, request.messages)
+        ):
+            return self._result(split, request)
         last = self._last
         if last is not None and _same_request(last[0], request):
             return last[1]  # a loop often counts one request several times: before, at send
@@ -136,28 +139,38 @@ class RequestCounter:
         if isinstance(scheme, TemplateScheme):
             result = scheme.count(request, self._pieces)
             self._pieces.trim()
-        else:
-            if not (request.system == self._system and same(self._tools, request.tools)):
-                self._head = scheme.head(request)
-                self._system, self._tools = request.system, request.tools
-            self._update_messages(scheme, request)
-            if self._generation is None:
-                self._generation = scheme.generation()
-            result = _assemble(
-                self.name,
-                "estimate" if self._estimates else self.kind,
-                self._head,
-                self._counts,
-                self._generation,
-            )
+            self._last = (request, result)
+            return result
+        if not (request.system == self._system and same(self._tools, request.tools)):
+            self._head = scheme.head(request)
+            self._system, self._tools = request.system, request.tools
+        self._update_messages(scheme, request)
+        return self._result(scheme, request)
+
+    def _result(self, scheme: Scheme, request: Request) -> RequestCount:
+        """The count from the per-message counts as they are now, kept as the last one."""
+        generation = self._generation
+        if generation is None:
+            generation = self._generation = scheme.generation()
+        kind: CounterKind = "estimate" if self._estimates else self.kind
+        result = _assemble(self.name, kind, self._head, self._counts, generation)
         self._last = (request, result)
         return result
 
     def _update_messages(self, scheme: Scheme, request: Request) -> None:
         messages, old = request.messages, self._messages
-        common = len(old) if extends(request, old) else common_prefix(old, messages)
-        if common == len(old) == len(messages) - 1 and common and self._append_one(messages):
-            return
+        if extends(request, old):
+            common = len(old)  # ``count`` tried ``_append_one`` (if the head was the same)
+        else:
+            common = common_prefix(old, messages)
+            split = self._split
+            if (
+                common == len(old) == len(messages) - 1
+                and common
+                and split is not None
+                and self._append_one(split, messages)
+            ):
+                return
         appended = common == len(old)  # the old pivot holds for messages[:common]
         pivot = scheme.pivot(messages, common, self._pivot) if appended else scheme.pivot(messages)
         start = common - 1 if common else 0  # the old last message's neighbours changed
@@ -188,12 +201,9 @@ class RequestCounter:
         self._estimates, self._messages, self._pivot = estimates, messages, pivot
         self._prune()
 
-    def _append_one(self, messages: tuple[Message, ...]) -> bool:
+    def _append_one(self, split: SplitScheme, messages: tuple[Message, ...]) -> bool:
         """One message appended, the old last one with a body: the split scheme's
         ``append_step`` in one call, where it can. False: the general step must run."""
-        split = self._split
-        if split is None:
-            return False
         last = messages[-2]
         body = self._bodies.get(id(last))
         if body is None or body[0] is not last or body[1] is None:
@@ -236,7 +246,8 @@ class RequestCounter:
         # Entries hold their message, so ids stay unique; drop those of messages long gone.
         # The limit follows the largest request seen, so counting small side requests (one
         # message at a time, as compaction does) does not wipe the conversation's entries.
-        self._high = max(self._high, len(self._messages))
+        if len(self._messages) > self._high:
+            self._high = len(self._messages)
         limit = 2 * self._high + 64
         if len(self._cache) > limit or len(self._bodies) > limit:
             live = {id(m) for m in self._messages}

@@ -211,13 +211,21 @@ def qwen3_append(
     if not isinstance(content, str):
         return None  # parts (images): counted whole
     if role == "user":
-        if not turns or not content or content[0].isspace() or not is_query(new):
+        if not turns or not content or content[0].isspace():
             return None
+        if content.startswith(TOOL_OPEN) and content.endswith(TOOL_CLOSE):
+            return None  # a wrapped tool result, no query (``is_query``, its text at hand)
         if pivot < n - 3:  # (NO_QUERY is past every index)
             return None  # the replies after the old query lose their reasoning: more than two
         pivot, flags, body = n - 1, (), content
     elif role == "assistant":
-        text = qwen3_reply_body(new) if turns else None
+        if not turns:
+            return None
+        if new.reasoning is None and not new.tool_calls and "</think>" not in content:
+            # ``qwen3_reply_body`` with nothing to split off the content
+            text = content if content and not content[0].isspace() else None
+        else:
+            text = qwen3_reply_body(new)
         if text is None:
             return None
         flags, body = (n - 1 > pivot, True), text
