@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxbudget.counting import PerMessage, RequestCounter, count_request
-from ctxbudget.counting.result import RequestCount, RunningCounts, request_count
+from ctxbudget.counting.result import RequestCount, RunningCounts
 from ctxbudget.messages.model import Message, Request
 
 
@@ -49,15 +50,21 @@ def test_counts_handed_out_keep_their_breakdown_after_later_steps() -> None:
         assert got.per_message == expected.per_message and got == expected
 
 
-def test_request_count_by_position_is_the_dataclass_made_by_keywords() -> None:
-    fields = [f.name for f in dataclasses.fields(RequestCount)]
-    values = ["qwen3", "exact", 30, 5, 6, 19, (9, 10), 11]
-    made = request_count(*values)  # type: ignore[arg-type]
-    assert made == RequestCount(**dict(zip(fields, values, strict=True)))
-    assert vars(made) == dict(zip(fields, values, strict=True))  # every field, no other
-    assert hash(made) == hash(RequestCount(**dict(zip(fields, values, strict=True))))
+def test_the_running_counts_request_count_is_the_dataclass_made_by_keywords() -> None:
+    counts = RunningCounts()
+    empty = counts.request_count("qwen3", "exact", (5, 6), 3)  # the head takes the primer
+    assert vars(empty) == vars(RequestCount(**_fields("qwen3", "exact", 14, 8, 6, 0, (), 14)))
+    counts.replace(0, [9, 10])
+    made = counts.request_count("qwen3", "estimate", (5, 6), 3)
+    expected = RequestCount(**_fields("qwen3", "estimate", 33, 5, 6, 22, (9, 13), 11))
+    assert made == expected and hash(made) == hash(expected)
+    assert vars(made) == vars(expected)  # every field, and no other
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.total = 1  # type: ignore[misc]
+
+
+def _fields(*values: object) -> dict[str, Any]:
+    return dict(zip([f.name for f in dataclasses.fields(RequestCount)], values, strict=True))
 
 
 _EDITS = st.tuples(st.integers(0, 12), st.lists(st.integers(0, 99), max_size=4))

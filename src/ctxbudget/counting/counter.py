@@ -14,33 +14,13 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Hashable
 
-from ctxbudget.counting.result import PerMessage, RequestCount, RunningCounts, request_count
+from ctxbudget.counting.result import RequestCount, RunningCounts
 from ctxbudget.counting.scheme import NO_PIVOT, Scheme, SplitScheme
 from ctxbudget.counting.select import choose_scheme, counter_name_for_model
 from ctxbudget.counting.template_count import PieceCache, TemplateScheme
 from ctxbudget.messages.model import Message, Request, ToolSpec, common_prefix, extends, same
 from ctxbudget.tokens.base import CounterKind, TokenCounter
 from ctxbudget.tokens.select import GENERIC_ESTIMATOR
-
-
-def _assemble(
-    name: str,
-    kind: CounterKind,
-    head: tuple[int, int],
-    counts: RunningCounts,
-    generation: int,
-) -> RequestCount:
-    """The count from per-message counts; ``kind`` is ``estimate`` where any count is."""
-    system, tools = head
-    messages = counts.total
-    per_message: PerMessage | tuple[()] = ()
-    if counts.items:  # a view, not a copy: the last count lent the reply primer
-        per_message = counts.view(generation)
-        messages += generation
-    else:
-        system += generation  # no message to carry the reply primer: the head does
-    floor = system + tools
-    return request_count(name, kind, floor + messages, system, tools, messages, per_message, floor)
 
 
 def count_with(scheme: Scheme | TemplateScheme, request: Request) -> RequestCount:
@@ -55,7 +35,7 @@ def count_with(scheme: Scheme | TemplateScheme, request: Request) -> RequestCoun
         counts.put(len(counts), tokens)
         approx = approx or estimated
     kind: CounterKind = "estimate" if approx else scheme.kind
-    return _assemble(scheme.name, kind, scheme.head(request), counts, scheme.generation())
+    return counts.request_count(scheme.name, kind, scheme.head(request), scheme.generation())
 
 
 def count_request(
@@ -153,7 +133,7 @@ class RequestCounter:
         if generation is None:
             generation = self._generation = scheme.generation()
         kind: CounterKind = "estimate" if self._estimates else self.kind
-        result = _assemble(self.name, kind, self._head, self._counts, generation)
+        result = self._counts.request_count(self.name, kind, self._head, generation)
         self._last = (request, result)
         return result
 

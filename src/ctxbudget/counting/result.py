@@ -125,6 +125,41 @@ class RunningCounts:
         self.items += counts
         self.total += sum(counts)
 
+    def request_count(
+        self, name: str, kind: Literal["exact", "estimate"], head: tuple[int, int], generation: int
+    ) -> RequestCount:
+        """The count of a request whose messages have these counts, ``head`` its system's
+        and tools' tokens, ``generation`` the reply primer's, lent to the last message."""
+        system, tools = head
+        messages = self.total
+        per_message: PerMessage | tuple[()] = ()
+        if self.items:  # a view, not a copy
+            per_message = self.view(generation)
+            messages += generation
+        else:
+            system += generation  # no message to carry the reply primer: the head does
+        floor = system + tools
+        # __dict__ set at once: the frozen dataclass's own __init__ takes keywords (packed into
+        # a dict on the way) and sets each field with object.__setattr__, ~3x the cost, and
+        # every incremental step makes one. tests/counting/test_per_message.py checks it gives
+        # what RequestCount(...) gives.
+        count: RequestCount = object.__new__(RequestCount)
+        object.__setattr__(
+            count,
+            "__dict__",
+            {
+                "counter": name,
+                "kind": kind,
+                "total": floor + messages,
+                "system": system,
+                "tools": tools,
+                "messages": messages,
+                "per_message": per_message,
+                "floor": floor,
+            },
+        )
+        return count
+
     def view(self, extra: int) -> PerMessage:
         """The counts as they are now, the last ``extra`` more, as they stay for the view."""
         items = self.items
@@ -154,35 +189,3 @@ class RequestCount:
     per_message: Sequence[int]
     """A tuple, or a ``PerMessage`` that compares and hashes as one."""
     floor: int
-
-
-def request_count(
-    counter: str,
-    kind: Literal["exact", "estimate"],
-    total: int,
-    system: int,
-    tools: int,
-    messages: int,
-    per_message: Sequence[int],
-    floor: int,
-) -> RequestCount:
-    """``RequestCount(...)``, the fields by position, for an incremental step (one each step):
-    ~3x cheaper than the frozen dataclass's ``__init__``, which takes keywords (packed into a
-    dict on the way) and sets each field with ``object.__setattr__``. tests/counting/
-    test_per_message.py checks it gives what ``RequestCount(...)`` gives."""
-    count: RequestCount = object.__new__(RequestCount)
-    object.__setattr__(
-        count,
-        "__dict__",
-        {
-            "counter": counter,
-            "kind": kind,
-            "total": total,
-            "system": system,
-            "tools": tools,
-            "messages": messages,
-            "per_message": per_message,
-            "floor": floor,
-        },
-    )
-    return count
