@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from ctxbudget.counting import RequestCounter, count_request
 from ctxbudget.counting.hf import load_folder_template
-from ctxbudget.counting.template_loop import _starts_with, plan_loop
+from ctxbudget.counting.template_loop import LoopMemo, _starts_with, plan_loop
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.tokens.registry import get_tokenizer
 
@@ -102,3 +102,23 @@ def test_a_loop_prefix_is_compared_without_copying_and_the_list_given_back() -> 
     assert _starts_with(grown, [a, b, c, a], 3)  # a shorter new list: compared as slices
     assert not _starts_with(grown, ["x", "y"], 2)
     assert not _starts_with((a, b, c), [a, b], 2)  # a tuple: as slices, never equal to a list
+
+
+class _Unwalked(list[dict[str, str]]):
+    """A list that refuses to be iterated: what a search must skip, it must not step through."""
+
+    def __iter__(self) -> Iterator[dict[str, str]]:
+        raise AssertionError("the items known the same were stepped through")
+
+
+def test_a_stale_search_does_not_step_through_the_items_known_the_same() -> None:
+    """The first ``known`` items are the very ones of the last run (an edited request's
+    lineage): only the rest is compared, by slices, not by stepping an iterator past them
+    (thousands of messages touched at every count of an edited request)."""
+    plan = plan_loop(LOCAL)
+    assert plan is not None
+    items = [{"role": "user", "content": str(i)} for i in range(6)]
+    memo = LoopMemo(items=_Unwalked(items), outer=(), texts=["text"] * 6)
+    edited = _Unwalked([*items[:4], {"role": "user", "content": "edited"}, items[5]])
+    assert memo._first_stale(plan, edited, (), known=3) == 4
+    assert memo._first_stale(plan, _Unwalked(items), (), known=3) == 6
