@@ -48,23 +48,27 @@ def conversation(tokens: int, per_message: int = 500) -> Request:
 
 
 def step(counter: str, base: Request, repeat: int, added_text: str) -> tuple[float, float]:
-    """Median seconds of a step and of tokenising a new message alone, measured in turn.
+    """Median seconds of a step and of tokenising a new message alone, each timed right after
+    the same work.
 
     A step counts the previous request + one new message, the previous request counted just
     before by the same counter, as in a loop, and made as the agent loop makes it
     (``Request.append``: the counter knows what it extends; a request made otherwise is
     compared with the last one message by message, ~6 ns a message on this machine). The
-    previous request is ``base`` with its last message made new each repeat (``i`` first), so
+    previous request is ``base`` with its last message made new each turn (``i`` first), so
     what a real step re-renders of it (Qwen3's reply losing its empty ``<think>``) is rendered
-    here too, once, while the history keeps its
-    size. The new message (``added_text``) takes the other role than the last one (user after a
-    reply, reply after a user), or is a tool result when it is ``TOOL_RESULT``.
+    here too, once, while the history keeps its size. The new message (``added_text``) takes
+    the other role than the last one (user after a reply, reply after a user), or is a tool
+    result when it is ``TOOL_RESULT``.
     The baseline is the tokenizer's ``count_special(text)`` (its cheapest exact count: a
     Hugging Face folder's encode without the list of ids, as the step counts) of another new
-    text of the same kind, after the same work (counting another previous request): each side
-    tokenises a text it has not seen, as a loop does; timing the step's own text again right
-    after would find it in the CPU caches, 5-25% faster. Garbage collection is off while
-    timing.
+    text of the same kind. Turns alternate: one times the step; the next times the baseline
+    right where the step would start, then counts the step untimed, so the next turn starts
+    from the same state. Timed after other work instead (counting some other request, which
+    drops the step's message), the baseline ran 5-8% faster at 1M tokens than where the step
+    starts. Each side tokenises a text it has not seen, as a loop does: timing the step's own
+    text again right after would find it in the CPU caches, 5-25% faster. Garbage collection
+    is off while timing.
     """
     last = base.messages[-1]
     role = "assistant" if last.role == "user" else "user"
@@ -80,20 +84,20 @@ def step(counter: str, base: Request, repeat: int, added_text: str) -> tuple[flo
     gc.collect()
     gc.disable()
     try:
-        for i in range(repeat + 3):  # the first three warm the caches up
+        for i in range(2 * repeat + 6):  # the first six warm the caches up
             before = previous(f"{i}")
             new = before.append(Message(role=kind, content=f"{i} {added_text}"))
             rc.count(before)
             start = time.perf_counter()
-            rc.count(new)
-            took = time.perf_counter() - start
-            rc.count(previous(f"{i}b"))
-            text = f"{i}b {added_text}"
-            start = time.perf_counter()
-            tokenizer.count_special(text)
-            if i >= 3:
-                steps.append(took)
-                alone.append(time.perf_counter() - start)
+            if i % 2:
+                tokenizer.count_special(f"{i}b {added_text}")
+                took = time.perf_counter() - start
+                rc.count(new)
+            else:
+                rc.count(new)
+                took = time.perf_counter() - start
+            if i >= 6:
+                (alone if i % 2 else steps).append(took)
     finally:
         gc.enable()
     return statistics.median(steps), statistics.median(alone)
@@ -231,7 +235,8 @@ class AppendFloor:
 
 def floor_rows(repeat: int = 301) -> list[str]:
     """qwen3's step and AppendFloor's against tokenising alone, taking turns in one loop; each
-    after counting a previous request (the history with its last message new), as in ``step``."""
+    timed right after its counter counted a previous request (the history with its last
+    message new), from the state a step leaves, as in ``step``."""
     lines = [
         "",
         "## The floor: qwen3's step vs the least an append step can do in Python",
@@ -266,11 +271,13 @@ def floor_rows(repeat: int = 301) -> list[str]:
                         start = time.perf_counter()
                         counter.count(new)
                         took[name].append(time.perf_counter() - start)
-                    qwen3.count(before(f"{i}alone"))
+                    previous = before(f"{i}alone")  # as where qwen3's step starts
+                    qwen3.count(previous)
                     text = f"{i}alone {NEW}"
                     start = time.perf_counter()
                     tokenizer.count_special(text)
                     took["alone"].append(time.perf_counter() - start)
+                    qwen3.count(previous.append(Message(role=role, content=text)))
             finally:
                 gc.enable()
             q, f, a = (statistics.median(took[k][10:]) for k in ("qwen3", "floor", "alone"))
@@ -347,7 +354,7 @@ def main() -> None:
                     ("tool result (~2K tokens)", even, TOOL_RESULT),
                 ]
                 for kind, base, text in cases:
-                    took, alone = step(counter, base, 15 if size >= 1_000_000 else 41, text)
+                    took, alone = step(counter, base, 41, text)
                     lines.append(
                         f"| {label} | {kind} | {size:,} | {took * 1e3:.3f} ms |"
                         f" {alone * 1e3:.3f} ms | {(took - alone) * 1e6:+.0f} us |"
