@@ -74,11 +74,13 @@ class RequestCounter:
         that folder's tokenizer and template), else the generic estimate."""
         if counter is None:
             counter = counter_name_for_model(model) if model else GENERIC_ESTIMATOR
-        self._scheme = choose_scheme(counter, template=template, model=model)
-        self.name: str = self._scheme.name
-        self.kind: CounterKind = (
-            "exact" if isinstance(self._scheme, TemplateScheme) else (self._scheme.kind)
-        )
+        scheme = self._scheme = choose_scheme(counter, template=template, model=model)
+        self.name: str = scheme.name
+        self.kind: CounterKind = "exact"
+        self._generation = 0
+        """The reply primer's tokens (a built-in scheme's; a template counts its own)."""
+        if not isinstance(scheme, TemplateScheme):
+            self.kind, self._generation = scheme.kind, scheme.generation()
         self._system: str | None = None
         self._tools: tuple[ToolSpec, ...] = ()
         self._head = (0, 0)
@@ -87,7 +89,6 @@ class RequestCounter:
         self._counts = RunningCounts()
         self._estimates: list[int] = []
         """The indices of messages whose count is an estimate (images), in order."""
-        self._generation: int | None = None
         self._cache: dict[tuple[int, Hashable], tuple[Message, int, bool]] = {}
         self._split = self._scheme if isinstance(self._scheme, SplitScheme) else None
         self._bodies: dict[int, tuple[Message, int | None]] = {}
@@ -102,16 +103,16 @@ class RequestCounter:
     def count(self, request: Request) -> RequestCount:
         """The count of ``request``, equal to ``count_request`` with the same counter."""
         old, split = self._messages, self._split
+        same_head = request.system == self._system and same(self._tools, request.tools)
         if (  # a loop's usual step first: one message appended, the head as it was
-            old
+            same_head
+            and old
             and split is not None
             and extends(request, old)
             and len(request.messages) == len(old) + 1
-            and request.system == self._system
-            and same(self._tools, request.tools)
             and self._append_one(split, request.messages)
         ):
-            return self._result(split, request)
+            return self._result(request)
         last = self._last
         if last is not None and _same_request(last[0], request):
             return last[1]  # a loop often counts one request several times: before, at send
@@ -121,19 +122,16 @@ class RequestCounter:
             self._pieces.trim()
             self._last = (request, result)
             return result
-        if not (request.system == self._system and same(self._tools, request.tools)):
+        if not same_head:
             self._head = scheme.head(request)
             self._system, self._tools = request.system, request.tools
         self._update_messages(scheme, request)
-        return self._result(scheme, request)
+        return self._result(request)
 
-    def _result(self, scheme: Scheme, request: Request) -> RequestCount:
+    def _result(self, request: Request) -> RequestCount:
         """The count from the per-message counts as they are now, kept as the last one."""
-        generation = self._generation
-        if generation is None:
-            generation = self._generation = scheme.generation()
         kind: CounterKind = "estimate" if self._estimates else self.kind
-        result = self._counts.request_count(self.name, kind, self._head, generation)
+        result = self._counts.request_count(self.name, kind, self._head, self._generation)
         self._last = (request, result)
         return result
 

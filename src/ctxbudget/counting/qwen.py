@@ -107,7 +107,7 @@ def is_query(message: Message) -> bool:
     if message.role != "user":
         return False
     text = message_text(message)
-    return not (text.startswith("<tool_response>") and text.endswith("</tool_response>"))
+    return not (text.startswith(TOOL_OPEN) and text.endswith(TOOL_CLOSE))
 
 
 NO_QUERY = sys.maxsize

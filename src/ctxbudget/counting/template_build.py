@@ -134,7 +134,7 @@ class ShapeTexts:
         old = self.outer
         if not same_values(old, outer):
             self.known.clear()
-            self.outer = outer if type(outer) is tuple else list(outer)
+            self.outer = kept_values(outer)
 
     def text(self, message: Any, i: int, n: int, limit: int) -> Built | None:
         """The body's text for ``message`` at ``i`` of ``n`` (and its pieces where they are
@@ -210,6 +210,12 @@ def _builder(shape: Shape, splitter: Splitter | None) -> Callable[[str, int], Bu
         return text, [*head, joined, *tail] if joined else [*head, *tail]
 
     return usual
+
+
+def kept_values(outer: Sequence[Any]) -> Sequence[Any]:
+    """The values from before the loop, to keep for the next step's ``same_values``: a tuple
+    (a frame's) as it is, since it cannot change; any other sequence copied."""
+    return outer if type(outer) is tuple else list(outer)
 
 
 def same_values(old: Sequence[Any] | None, new: Sequence[Any]) -> bool:

@@ -279,10 +279,8 @@ class TemplateScheme:
                 return None
         items = memo.items
         offset = len(messages) - len(items)
-        suffix = not items or (  # identity first: ``same`` calls only where it fails
-            offset >= 0
-            and (items[0] is messages[offset] or same(items[0], messages[offset]))
-            and (items[-1] is messages[-1] or same(items[-1], messages[-1]))
+        suffix = not items or (
+            offset >= 0 and same(items[0], messages[offset]) and same(items[-1], messages[-1])
         )
         if not suffix or not self._apart(frame, memo):
             memo.frame = None
@@ -312,7 +310,7 @@ class TemplateScheme:
     ) -> RequestCount:
         """The count from the head's tokens (system prompt, tools, their framing) and each
         message's; ``message_tokens`` is ``sum(parts)``, kept by the caller."""
-        tools_tokens = self._tools_share(source, head, tools, head_tokens, cache) if tools else 0
+        tools_tokens = self._tools_share(source, head, tools, head_tokens, cache)
         system = head_tokens - tools_tokens
         return RequestCount(
             counter=self.name,

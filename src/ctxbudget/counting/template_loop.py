@@ -20,7 +20,7 @@ from typing import Any
 
 from ctxbudget.counting.result import RunningCounts
 from ctxbudget.counting.sandbox import value_limit
-from ctxbudget.counting.template_build import ShapeTexts, Splitter, same_values
+from ctxbudget.counting.template_build import ShapeTexts, Splitter, kept_values, same_values
 from ctxbudget.counting.template_shape import BodyShapes, body_shapes
 from ctxbudget.messages.model import same
 
@@ -329,7 +329,7 @@ class LoopMemo:
                 self.items[start:] = messages[start:n]
             else:  # a fresh list from the template's call
                 self.items = messages
-            self.outer = outer if type(outer) is tuple else list(outer)  # a frame's: kept
+            self.outer = kept_values(outer)
             self.state = lineage[0] if kept and lineage is not None else None
             return LOOP_MARKER
 
@@ -432,8 +432,7 @@ def _texts(
     n = len(messages)
     made: list[tuple[str, list[str] | None] | None]
     if shapes is not None:
-        if shapes.outer is not outer:  # a frame's tuple, known: most steps
-            shapes.use(outer)
+        shapes.use(outer)
         limit = value_limit()
         made = [shapes.text(messages[i], i, n, limit) for i in changed]
     else:
