@@ -10,11 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.counting.strategies import messages, texts
+from tests.counting.test_counter import _apply, edits
 from tests.counting.test_hf import _build_folder
 
 from ctxbudget.counting import PerMessage, RequestCounter, count_request
+from ctxbudget.counting.template_count import TemplateScheme
 from ctxbudget.counting.template_loop import LoopMemo, plan_loop
 from ctxbudget.errors import InputError
 from ctxbudget.messages.model import Message, Request, ToolSpec
@@ -228,3 +234,156 @@ def test_a_negative_zero_set_before_the_loop_is_rendered_again_as_zero(tmp_path:
     assert counter.count(request) == count_request(request, name)  # -0.0
     grown = request.append(_reply("yo"), _user("again"))
     assert counter.count(grown) == count_request(grown, name)  # 0.0
+
+
+# Folders whose loop texts read nothing after them (no tools); where the loop renders the
+# system prompt too (SmolLM3, Hermes), its text is the head's and the step takes the general path.
+APPENDABLE = [("llama3-cl100k", ""), ("llama3-cl100k", "Be brief."), ("smollm3-template", "")]
+APPENDABLE += [("hermes-2-pro-template", "")]
+
+
+@pytest.mark.parametrize(("folder", "system"), APPENDABLE)
+def test_a_usual_append_measures_the_new_text_alone(
+    folder: str, system: str, hf_folder: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One plain message appended, the head as it was: the step neither renders nor runs the
+    loop (``TemplateScheme._append``), tokenises one text, the new message's, and equals a
+    fresh count (counted after the spies are gone: a fresh count shares the tokenizer)."""
+    name = f"hf:{hf_folder(folder)}"
+    counter = RequestCounter(name)
+    first = Request(system=system, messages=(_user("hello"), _reply("hi there")))
+    request = first.append(_user("more"))
+    counter.count(first)
+    counter.count(request)  # the loop runs alone from the second count on
+    scheme = counter._scheme
+    assert isinstance(scheme, TemplateScheme)
+    (memo,) = counter._pieces.loops.values()
+    general: list[object] = []
+    encoded: list[str] = []
+    real_loop, real_one, real_run = (
+        TemplateScheme._count_by_loop,
+        scheme.tokenizer.count_special,
+        memo.run,
+    )
+
+    def loop(*args: Any) -> Any:
+        general.append(args)
+        return real_loop(*args)
+
+    def one(text: str) -> int:
+        encoded.append(text)
+        return real_one(text)
+
+    def run(*args: Any, **kwargs: Any) -> str:
+        general.append(args)
+        return str(real_run(*args, **kwargs))
+
+    monkeypatch.setattr(TemplateScheme, "_count_by_loop", loop)
+    monkeypatch.setattr(scheme.tokenizer, "count_special", one)
+    monkeypatch.setattr(memo, "run", run)
+    counted = []
+    for new in (_reply("sure, here it is"), _user("thanks 数据 🙂"), _reply("ok")):
+        request = request.append(new)
+        counted.append((request, counter.count(request)))
+        assert general == []
+        assert len(encoded) == len(counted) and new.text in encoded[-1]
+        assert encoded[-1] in memo.texts[-1]  # the new message's own text
+    monkeypatch.undo()
+    for request, got in counted:
+        assert got == count_request(request, name)
+
+
+# Loops whose texts meet without an added token: between two messages, and the last one with
+# the generation prompt; the step in brief must leave both to the general result.
+JOINED = "{% for m in messages %}{{ m.content }}{% endfor %}"
+TAIL = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}{% endfor %}"
+    "{% if add_generation_prompt %}\nassistant:{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def seamed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("seamed")
+    return {
+        name: f"hf:{_build_folder(root / name, template)}"
+        for name, template in (("joined", JOINED), ("tail", TAIL))
+    }
+
+
+_plain = st.builds(_user, texts) | st.builds(_reply, texts)
+one_by_one = st.one_of(  # plain turns three times in five: runs of steps in brief
+    *[st.tuples(st.just("extend"), st.lists(_plain, min_size=1, max_size=1))] * 3,
+    st.tuples(st.just("extend"), st.lists(messages(), min_size=1, max_size=1)),
+    edits,
+)
+
+
+@pytest.mark.parametrize(
+    "folder", [*dict.fromkeys(f for f, _ in APPENDABLE), "qwen2.5", "joined", "tail"]
+)
+@settings(max_examples=30, deadline=None)
+@given(
+    system=st.sampled_from(["", "Be brief."]), steps=st.lists(one_by_one, min_size=3, max_size=12)
+)
+def test_appending_one_message_at_a_time_equals_a_fresh_count(
+    folder: str,
+    system: str,
+    steps: list[tuple[str, object]],
+    hf_folder: Callable[[str], Path],
+    seamed: dict[str, str],
+) -> None:
+    """Most steps append one message (``Request.append``: the step in brief where it can), the
+    others edit, drop or change the head: each count equals a fresh one, then and at the end."""
+    name = seamed.get(folder) or f"hf:{hf_folder(folder)}"
+    request = Request(system=system, messages=(_user("start"),))
+    requests = [request]
+    for step in steps:
+        request = _apply(request, step)
+        requests.append(request)
+    counter, kept = RequestCounter(name), []
+    for request in requests:
+        try:
+            expected = count_request(request, name)
+        except InputError:  # the template refuses the request (Llama: one tool call per turn)
+            with pytest.raises(InputError):
+                counter.count(request)
+            continue
+        got = counter.count(request)
+        assert replace(got, per_message=()) == replace(expected, per_message=())
+        assert [got.per_message[i] for i in range(len(got.per_message))] == list(
+            expected.per_message
+        )
+        kept.append((got, expected))
+    for got, expected in kept:
+        assert tuple(got.per_message) == tuple(expected.per_message)
+
+
+def test_a_step_in_brief_that_fails_fails_as_a_fresh_count_does(
+    hf_folder: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tokenizer refusing the new message's text on the step in brief: one line, the
+    fresh count's InputError, and the next step counts as if the failed one never was."""
+    name = f"hf:{hf_folder('llama3-cl100k')}"
+    tokenizer = get_tokenizer(name)
+    real_one = tokenizer.count_special
+
+    def refusing_one(text: str) -> int:
+        if "refused" in text:
+            raise TypeError("the tokenizer refuses this text")
+        return real_one(text)
+
+    counter = RequestCounter(name)
+    request = Request(system="Be brief.", messages=(_user("hi"),))
+    for new in (_reply("hello"), _user("more"), _reply("ok")):  # the last ones in brief
+        request = request.append(new)
+        counter.count(request)
+    assert counter._pieces.step is not None
+    monkeypatch.setattr(tokenizer, "count_special", refusing_one)
+    with pytest.raises(InputError, match="chat template failed: TypeError: the tokenizer"):
+        counter.count(request.append(_user("x refused y")))
+    monkeypatch.undo()
+    fine = request.append(_user("fine"))
+    assert counter.count(fine) == count_request(fine, name)
+    again = fine.append(_reply("and again"))
+    assert counter.count(again) == count_request(again, name)

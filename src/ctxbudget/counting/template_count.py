@@ -7,6 +7,10 @@ rendered message by message and a step renders only what changed; each message o
 text. Otherwise the prompt is rendered whole, and each message owns the pieces from its opening
 marker (found from where its content sits) to the next message's. The head owns what comes
 first; the tools' share of it is the head rendered with tools minus the head without.
+
+A loop's usual step, one message appended to a loop whose texts read nothing after them, with
+the head and tail as they were, goes in brief (``TemplateScheme._append``): the count before
+leaves a ``LoopStep``, and the step builds and measures the new text alone.
 """
 
 from __future__ import annotations
@@ -45,6 +49,23 @@ def _message_chars(message: Message, text: str) -> int:
     return len(text) + sum(len(c.arguments) for c in message.tool_calls)
 
 
+@dataclass(frozen=True, slots=True)
+class LoopStep:
+    """What a count by the memoised loop leaves for the next one to append a message in brief
+    (``TemplateScheme._append``): the loop's plan, memo and frame, the template tools and
+    system prompt it was counted with, where the loop's list starts, the head's tokens."""
+
+    plan: LoopPlan
+    memo: LoopMemo
+    frame: Frame
+    tools: Any
+    system: str
+    start: int
+    """The loop is given ``listed[start:]``."""
+    head: tuple[int, int]
+    """The system prompt's and the tools' tokens."""
+
+
 @dataclass(slots=True)
 class PieceCache:
     """What one ``RequestCounter`` keeps between steps of a template scheme: token counts of
@@ -65,6 +86,8 @@ class PieceCache:
     tools: list[dict[str, Any]] | None = None
     tools_key: str = "None"
     """``repr(tools)``, kept as ``tools`` changes: the tools' share is cached by it."""
+    step: LoopStep | None = None
+    """What the last count leaves for a loop's usual step in brief (``TemplateScheme``)."""
     version: int = 0
     """How many times ``template_messages`` has run: each run is a state of ``listed``."""
     same: int = 0
@@ -207,6 +230,11 @@ class TemplateScheme:
         cache = cache if cache is not None else PieceCache()
         messages = cache.template_messages(request)
         tools = cache.template_tools(request)
+        step, cache.step = cache.step, None
+        if step is not None:
+            counted = self._append(step, request, messages, tools, cache)
+            if counted is not None:
+                return counted
         source = self.source(tools)
         chars = cache.input_chars(request)  # the sandbox's limits grow with the input
         plan = plan_loop(source) if self.memoise_loop else None
@@ -263,13 +291,16 @@ class TemplateScheme:
             loop_input = frame.loop_input(messages, kept)
             # Texts built from proven shapes and their tokenising fail as a render would.
             run_template_code(
-                lambda: run(
-                    loop_input,
-                    frame.body,
-                    frame.outer,  # a tuple: the memo keeps it, and knows it the next step
-                    kept=True,
-                    guard=guard,
-                    lineage=lineage,
+                lambda: (
+                    memo.append_one(plan, loop_input, frame.outer, lineage)
+                    or run(
+                        loop_input,
+                        frame.body,
+                        frame.outer,  # a tuple: the memo keeps it, and knows it the next step
+                        kept=True,
+                        guard=guard,
+                        lineage=lineage,
+                    )
                 )
             )
         else:
@@ -277,6 +308,21 @@ class TemplateScheme:
             frame = self._render_frame(plan, source, messages, tools, cache, limits, run)
             if frame is None:
                 return None
+        return self._loop_result(plan, source, request, messages, tools, cache, memo, frame)
+
+    def _loop_result(
+        self,
+        plan: LoopPlan,
+        source: str,
+        request: Request,
+        messages: list[dict[str, Any]],
+        tools: Any,
+        cache: PieceCache,
+        memo: LoopMemo,
+        frame: Frame,
+    ) -> RequestCount | None:
+        """The count from the loop's texts as ``memo`` has them now, around ``frame``'s head
+        and tail; keeps a ``LoopStep`` where the next step may take it."""
         items = memo.items
         offset = len(messages) - len(items)
         suffix = not items or (
@@ -296,7 +342,57 @@ class TemplateScheme:
             message_tokens += frame.after_tokens
         else:
             head_tokens += frame.after_tokens
-        return self._result(source, messages[:h], tools, cache, head_tokens, parts, message_tokens)
+        count = self._result(source, messages[:h], tools, cache, head_tokens, parts, message_tokens)
+        start = frame.suffix_start(len(messages))
+        if (
+            plan.appendable
+            and memo.frame is frame
+            and start is not None
+            and offset == h  # the loop's texts are the messages' (none is the system's)
+            and not fixes
+            and memo.texts
+            and memo.texts[0]
+        ):
+            cache.step = LoopStep(
+                plan, memo, frame, tools, request.system, start, (count.system, count.tools)
+            )
+        return count
+
+    def _append(
+        self,
+        step: LoopStep,
+        request: Request,
+        messages: list[dict[str, Any]],
+        tools: Any,
+        cache: PieceCache,
+    ) -> RequestCount | None:
+        """A loop's usual step in brief: one message appended, the head and tail as the last
+        count had them (``step``), the new message's text built from its proven shape and
+        measured alone (``LoopMemo.append_one``). None where the general count must go."""
+        memo, frame, start = step.memo, step.frame, step.start
+        if (
+            tools is not step.tools
+            or request.system != step.system
+            or frame.suffix_start(len(messages)) != start
+            or not frame.reusable(messages, tools, strftime_now)
+        ):
+            return None
+        lineage, loop_input = cache.lineage(start), cache.suffix(start)
+        if not run_template_code(
+            lambda: memo.append_one(step.plan, loop_input, frame.outer, lineage)
+        ):
+            return None
+        if (
+            memo.bad
+            or not memo.texts[-1]
+            or not (frame.after_cut or not frame.after or memo.edges[-1][1])
+        ):  # the new text meets its neighbour without an added token: the general result
+            source = self.source(tools)
+            return self._loop_result(
+                step.plan, source, request, messages, tools, cache, memo, frame
+            )
+        cache.step = step
+        return memo.counts.request_count(self.name, "exact", step.head, frame.after_tokens)
 
     def _result(
         self,

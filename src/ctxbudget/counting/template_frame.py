@@ -189,14 +189,21 @@ class Frame:
                 return False
         return True
 
+    def suffix_start(self, n: int) -> int | None:
+        """``k`` where this render's loop is given ``messages[k:]`` of ``n`` messages; None
+        when it is given another slice."""
+        positions = _view(n, self.view)
+        return positions.start if positions.step == 1 and positions.stop == n else None
+
     def loop_input(
         self, messages: list[Any], suffix: Callable[[int], list[Any]] | None = None
     ) -> list[Any]:
         """The list this render's loop would be given for ``messages``; ``suffix(k)`` is a
         list equal to ``messages[k:]`` that the caller keeps (not copied)."""
+        start = self.suffix_start(len(messages))
+        if start is not None and suffix is not None:
+            return suffix(start)
         positions = _view(len(messages), self.view)
-        if positions.step == 1 and suffix is not None and positions.stop == len(messages):
-            return suffix(positions.start)
         if positions.step == 1:
             return messages[positions.start : positions.stop]
         return [messages[i] for i in positions]

@@ -55,6 +55,10 @@ class LoopPlan:
     a use is anything else (printed, added to), so the exact length matters."""
     shapes: BodyShapes | None = None
     """The body, for building a message's text without Jinja (``template_shape``)."""
+    appendable: bool = False
+    """True when a message's text reads no later message and not the loop's length or end
+    (``before`` looks back without wrapping too): appending one leaves every text before it as
+    it was (``LoopMemo.append_one``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +225,7 @@ def plan_loop(source: str) -> LoopPlan | None:
         deterministic=not random,
         length_cuts=cuts,
         shapes=shapes,
+        appendable=before == after == 0 and attrs.isdisjoint(_END),
     )
 
 
@@ -274,6 +279,10 @@ class LoopMemo:
     """The last render's head and tail (``template_frame.Frame``), when they may be reused."""
     run: Any = None
     """Its ``callback``, made once by the memo's owner."""
+    shapes: ShapeTexts | None = None
+    """The texts built from the body's proven shapes (``callback``'s)."""
+    measure: Callable[[str, list[str] | None], tuple[int, tuple[bool, bool]]] | None = None
+    """``callback``'s ``measure``."""
 
     def callback(
         self,
@@ -293,6 +302,7 @@ class LoopMemo:
         given state ``previous``, those are known equal to the kept items without a compare."""
 
         shapes = ShapeTexts(plan.shapes, splitter) if plan.shapes is not None else None
+        self.shapes, self.measure = shapes, measure
 
         def run(
             messages: list[Any],
@@ -334,6 +344,47 @@ class LoopMemo:
             return LOOP_MARKER
 
         return run
+
+    def append_one(
+        self,
+        plan: LoopPlan,
+        messages: list[Any],
+        outer: Sequence[Any],
+        lineage: tuple[Any, Any, int] | None,
+    ) -> bool:
+        """A ``kept`` run's usual step in brief: ``messages`` is the last run's items (known
+        by ``lineage``) and one more, in a loop whose texts read nothing after them
+        (``LoopPlan.appendable``), with the same values from before the loop, and the new
+        message has a proven shape: its text alone is built and measured. False, having
+        changed nothing, where the run must go (``callback``'s ``run``); a failure is the
+        run's (call it as the run is called)."""
+        shapes, measure = self.shapes, self.measure
+        n = len(messages)
+        if (
+            shapes is None
+            or measure is None
+            or not plan.appendable
+            or lineage is None
+            or self.state is None
+            or lineage[1] != self.state
+            or lineage[2] != n - 1
+            or len(self.texts) != n - 1
+            or outer is not self.outer  # a frame's tuple, kept as it is (``kept_values``)
+        ):
+            return False
+        shapes.use(outer)
+        made = shapes.text(messages[-1], n - 1, n, value_limit())
+        if made is None:
+            return False
+        text, pieces = made
+        tokens, edge = measure(text, pieces)
+        self.counts.put(n - 1, tokens)
+        self.texts.append(text)
+        self.edges.append(edge)
+        self._reseam([n - 1], n)
+        self.items.append(messages[-1])
+        self.state = lineage[0]
+        return True
 
     def _reseam(self, changed: list[int], n: int) -> None:
         """Mark the texts that meet the text before them without an added token between. An
