@@ -43,6 +43,11 @@ READ_FILE = ToolSpec(
 )
 
 
+# Timed steps per row (and as many baselines): a ~110-token row times 30-600 us, where the
+# shared machine's noise moves a median of 41 by +-0.05 of the ratio.
+REPEATS = {NEW: 201, LONG: 101, TOOL_RESULT: 41}
+
+
 def conversation(tokens: int, per_message: int = 500) -> Request:
     return counting_bench.conversation(tokens, per_message, paragraph=TEXT, paragraph_tokens=40)
 
@@ -354,7 +359,7 @@ def main() -> None:
                     ("tool result (~2K tokens)", even, TOOL_RESULT),
                 ]
                 for kind, base, text in cases:
-                    took, alone = step(counter, base, 41, text)
+                    took, alone = step(counter, base, REPEATS[text], text)
                     lines.append(
                         f"| {label} | {kind} | {size:,} | {took * 1e3:.3f} ms |"
                         f" {alone * 1e3:.3f} ms | {(took - alone) * 1e6:+.0f} us |"

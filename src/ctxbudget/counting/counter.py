@@ -199,7 +199,7 @@ class RequestCounter:
             new_framed = self._new_frame(split, new.role, new_flags)
         tokens = split.tokens(text)
         self._bodies[id(new)] = (new, tokens)
-        self._counts.replace(len(messages) - 2, [body[1] + framed, tokens + new_framed])
+        self._counts.append_after(body[1] + framed, tokens + new_framed)
         self._messages, self._pivot = messages, pivot
         self._prune()
         return True
