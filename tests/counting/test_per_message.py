@@ -81,7 +81,7 @@ def test_running_counts_change_under_no_view_handed_out(
     handed: list[tuple[PerMessage, tuple[int, ...]]] = []
     for start, new in edits:
         if start < 0 and model:
-            last, tokens = (new + [7, 9])[:2]
+            last, tokens = [*new, 7, 9][:2]
             counts.append_after(last, tokens)
             model[-1:] = [last, tokens]
         else:
