@@ -15,7 +15,7 @@ from ctxbudget.counting import RequestCounter, count_request
 from ctxbudget.counting.counter import count_with
 from ctxbudget.counting.select import choose_scheme
 from ctxbudget.errors import InputError
-from ctxbudget.messages.model import Message, Request
+from ctxbudget.messages.model import Message, Request, ToolSpec
 from ctxbudget.tokens.base import Estimator, TokenCounter
 
 CHARS4 = Estimator("chars4", lambda text: (len(text) + 3) // 4)  # local stand-in estimator
@@ -156,3 +156,29 @@ def test_messages_long_gone_are_not_kept(role: str) -> None:
     finally:
         tracemalloc.stop()
     assert grown < 1_000_000, grown
+
+
+# Equal in Python, printed apart by a template's tojson: True == 1 == 1.0.
+PRINTED_APART = [(True, 1), (1, 1.0), (False, 0)]
+
+
+def _tool(default: object) -> ToolSpec:
+    schema = {"type": "object", "properties": {"a": {"type": "integer", "default": default}}}
+    return ToolSpec(name="f", description="A tool.", parameters=schema)
+
+
+@pytest.mark.parametrize(("was", "now"), PRINTED_APART)
+@pytest.mark.parametrize("counter", ["qwen3", "hf:llama3-cl100k", "hf:smollm3-template"])
+def test_tools_equal_in_python_but_printed_apart_are_counted_again(
+    counter: str, was: object, now: object, hf_folder: Callable[[str], Path]
+) -> None:
+    """A schema's ``default: true`` made ``1``: the tool lists compare equal, the prompts
+    differ (review)."""
+    name = str(_resolve(counter, hf_folder))
+    assert (_tool(was),) == (_tool(now),)
+    incremental = RequestCounter(name)
+    first = Request(tools=(_tool(was),), messages=(Message(role="user", content="hi"),))
+    incremental.count(first)
+    changed = replace(first, tools=(_tool(now),))
+    for request in (changed, changed.append(Message(role="assistant", content="ok"))):
+        assert incremental.count(request) == count_request(request, name)

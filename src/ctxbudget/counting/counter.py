@@ -18,7 +18,14 @@ from ctxbudget.counting.result import RequestCount, RunningCounts
 from ctxbudget.counting.scheme import NO_PIVOT, Scheme, SplitScheme
 from ctxbudget.counting.select import choose_scheme, counter_name_for_model
 from ctxbudget.counting.template_count import PieceCache, TemplateScheme
-from ctxbudget.messages.model import Message, Request, ToolSpec, common_prefix, extends, same
+from ctxbudget.messages.model import (
+    Message,
+    Request,
+    ToolSpec,
+    common_prefix,
+    extends,
+    same_tools,
+)
 from ctxbudget.tokens.base import CounterKind, TokenCounter
 from ctxbudget.tokens.select import GENERIC_ESTIMATOR
 
@@ -103,7 +110,7 @@ class RequestCounter:
     def count(self, request: Request) -> RequestCount:
         """The count of ``request``, equal to ``count_request`` with the same counter."""
         old, split = self._messages, self._split
-        same_head = request.system == self._system and same(self._tools, request.tools)
+        same_head = request.system == self._system and same_tools(self._tools, request.tools)
         if (  # a loop's usual step first: one message appended, the head as it was
             same_head
             and old
@@ -235,4 +242,6 @@ class RequestCounter:
 
 def _same_request(a: Request, b: Request) -> bool:
     """True when ``b`` renders as ``a`` did: the same messages tuple, system and tools."""
-    return a is b or (a.messages is b.messages and a.system == b.system and same(a.tools, b.tools))
+    return a is b or (
+        a.messages is b.messages and a.system == b.system and same_tools(a.tools, b.tools)
+    )

@@ -212,6 +212,9 @@ def _builder(shape: Shape, splitter: Splitter | None) -> Callable[[str, int], Bu
     return usual
 
 
+_EXACT = (str, int, bool, type(None))  # of one type, equal values of these print alike
+
+
 def kept_values(outer: Sequence[Any]) -> Sequence[Any]:
     """The values from before the loop, to keep for the next step's ``same_values``: a tuple
     (a frame's) as it is, since it cannot change; any other sequence copied."""
@@ -220,8 +223,8 @@ def kept_values(outer: Sequence[Any]) -> Sequence[Any]:
 
 def same_values(old: Sequence[Any] | None, new: Sequence[Any]) -> bool:
     """The values a loop body reads from before the loop render as they did: each the same
-    object, or of the same type and equal, and a float with the same text too (``-0.0 ==
-    0.0``, printed apart)."""
+    object, or of the same type and equal, and printed alike where equal values may print
+    apart (a float: ``-0.0 == 0.0``; a list or dict: ``[True] == [1]``)."""
     if old is new:
         return True  # a frame's very tuple: most steps
     if old is None or len(old) != len(new):
@@ -230,7 +233,7 @@ def same_values(old: Sequence[Any] | None, new: Sequence[Any]) -> bool:
         return True
     try:
         return all(
-            type(a) is type(b) and bool(a == b) and (type(a) is not float or repr(a) == repr(b))
+            type(a) is type(b) and bool(a == b) and (type(a) in _EXACT or repr(a) == repr(b))
             for a, b in zip(old, new, strict=True)
         )
     except Exception:  # a value whose == fails: not known the same

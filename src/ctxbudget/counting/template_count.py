@@ -35,7 +35,7 @@ from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allo
 from ctxbudget.counting.template_input import message_dict, template_tools
 from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
 from ctxbudget.errors import InputError
-from ctxbudget.messages.model import Message, Request, common_prefix, extends, same
+from ctxbudget.messages.model import Message, Request, common_prefix, extends, same, same_tools
 from ctxbudget.tokens.registry import ExactTokenizer
 
 _PLACEHOLDER = "\ue000ctxbudget-cut\ue000"  # private-use characters: never in a template
@@ -52,13 +52,12 @@ def _message_chars(message: Message, text: str) -> int:
 @dataclass(frozen=True, slots=True)
 class LoopStep:
     """What a count by the memoised loop leaves for the next one to append a message in brief
-    (``TemplateScheme._append``): the loop's plan, memo and frame, the template tools and
+    (``TemplateScheme._append``): the loop's plan, memo and frame (which knows the tools), the
     system prompt it was counted with, where the loop's list starts, the head's tokens."""
 
     plan: LoopPlan
     memo: LoopMemo
     frame: Frame
-    tools: Any
     system: str
     start: int
     """The loop is given ``listed[start:]``."""
@@ -100,13 +99,13 @@ class PieceCache:
         new, old = request.messages, self.messages
         common = len(old) if extends(request, old) else common_prefix(old, new)
         listed, head = self.listed, len(self.listed) - len(self.dicts)  # 1: a system dict
+        made = [message_dict(m) for m in new[common:]]  # first: a failure here changes nothing
         del self.dicts[common:], self.chars[common:]
         total = self.chars[-1] if self.chars else 0
-        for message in new[common:]:
-            made = message_dict(message)
-            self.dicts.append(made)
-            total += _message_chars(message, made["content"])
+        for message, as_dict in zip(new[common:], made, strict=True):
+            total += _message_chars(message, as_dict["content"])
             self.chars.append(total)
+        self.dicts += made
         self.messages = new
         system = self.system
         if request.system and (system is None or system["content"] != request.system):
@@ -136,7 +135,7 @@ class PieceCache:
         return self.listed[start:]
 
     def template_tools(self, request: Request) -> list[dict[str, Any]] | None:
-        if self.tool_specs is not request.tools and self.tool_specs != request.tools:
+        if self.tool_specs is None or not same_tools(self.tool_specs, request.tools):
             self.tool_specs, self.tools = request.tools, template_tools(request)
             self.tools_key = repr(self.tools)
         return self.tools
@@ -228,9 +227,9 @@ class TemplateScheme:
     def count(self, request: Request, cache: PieceCache | None = None) -> RequestCount:
         """The exact total with a per-part breakdown that adds up to it."""
         cache = cache if cache is not None else PieceCache()
+        step, cache.step = cache.step, None  # it describes the count before, whatever happens
         messages = cache.template_messages(request)
         tools = cache.template_tools(request)
-        step, cache.step = cache.step, None
         if step is not None:
             counted = self._append(step, request, messages, tools, cache)
             if counted is not None:
@@ -354,7 +353,7 @@ class TemplateScheme:
             and memo.texts[0]
         ):
             cache.step = LoopStep(
-                plan, memo, frame, tools, request.system, start, (count.system, count.tools)
+                plan, memo, frame, request.system, start, (count.system, count.tools)
             )
         return count
 
@@ -371,10 +370,9 @@ class TemplateScheme:
         measured alone (``LoopMemo.append_one``). None where the general count must go."""
         memo, frame, start = step.memo, step.frame, step.start
         if (
-            tools is not step.tools
-            or request.system != step.system
+            request.system != step.system  # the head's tokens are the step's
             or frame.suffix_start(len(messages)) != start
-            or not frame.reusable(messages, tools, strftime_now)
+            or not frame.reusable(messages, tools, strftime_now)  # the tools, the clock, reads
         ):
             return None
         lineage, loop_input = cache.lineage(start), cache.suffix(start)

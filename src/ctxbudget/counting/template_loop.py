@@ -56,9 +56,9 @@ class LoopPlan:
     shapes: BodyShapes | None = None
     """The body, for building a message's text without Jinja (``template_shape``)."""
     appendable: bool = False
-    """True when a message's text reads no later message and not the loop's length or end
-    (``before`` looks back without wrapping too): appending one leaves every text before it as
-    it was (``LoopMemo.append_one``)."""
+    """True when a message's text reads no other message (an earlier one wraps to the last at
+    the first position) and not the loop's length or end: appending one leaves every text
+    before it as it was (``LoopMemo.append_one``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,9 +355,9 @@ class LoopMemo:
         """A ``kept`` run's usual step in brief: ``messages`` is the last run's items (known
         by ``lineage``) and one more, in a loop whose texts read nothing after them
         (``LoopPlan.appendable``), with the same values from before the loop, and the new
-        message has a proven shape: its text alone is built and measured. False, having
-        changed nothing, where the run must go (``callback``'s ``run``); a failure is the
-        run's (call it as the run is called)."""
+        message has a proven shape: its text alone is built and measured. False, with the
+        texts and counts as they were, where the run must go (``callback``'s ``run``); a
+        failure is the run's (call it as the run is called)."""
         shapes, measure = self.shapes, self.measure
         n = len(messages)
         if (
@@ -458,11 +458,19 @@ class LoopMemo:
             return 0
         old = self.items
         common = min(len(old), len(messages), len(self.texts))
-        if known < common and not _starts_with(messages, old, common, known):  # identity first
+        if known < common:
+            equal = _starts_with(messages, old, common, known)  # identity first, in C
             # Slices from ``known``, not islice: islice steps through (and touches) every item
             # before it, thousands of messages at each count of an edited request.
             differ = map(is_not, old[known:common], messages[known:common])
-            common = next(compress(count(known), differ))  # in C: thousands of messages
+            if equal:  # an equal dict may print apart (tool-call arguments parsed: True == 1):
+                # the items that are not the very same are compared as printed
+                apart = (
+                    i for i in compress(count(known), differ) if repr(old[i]) != repr(messages[i])
+                )
+                common = next(apart, common)
+            else:
+                common = next(compress(count(known), differ))  # in C: thousands of messages
         start = common - plan.after
         if "last" in plan.loop_attrs and len(old) != len(messages):
             start = min(start, len(old) - 1)

@@ -176,8 +176,16 @@ def extends(request: Request, messages: tuple[Message, ...]) -> bool:
 
 
 def same(a: object, b: object) -> bool:
-    """The same object, or an equal one (it renders the same): identity first, cheap."""
+    """The same object, or an equal one: identity first, cheap. Equal messages render the same
+    (their fields are text); values parsed from JSON may not (``same_tools``)."""
     return a is b or bool(a == b)
+
+
+def same_tools(a: tuple[ToolSpec, ...], b: tuple[ToolSpec, ...]) -> bool:
+    """The same tool list, or one that renders the same: equal, and printed alike too. A
+    schema's values compare equal where they print apart (``True == 1 == 1.0``, ``-0.0 ==
+    0.0``, keys in another order), and a template prints them."""
+    return a is b or (a == b and repr(a) == repr(b))
 
 
 def common_prefix(old: tuple[Message, ...], new: tuple[Message, ...]) -> int:
