@@ -22,9 +22,9 @@ from ctxbudget.messages.model import (
     Message,
     Request,
     ToolSpec,
+    alike,
     common_prefix,
     extends,
-    same_tools,
 )
 from ctxbudget.tokens.base import CounterKind, TokenCounter
 from ctxbudget.tokens.select import GENERIC_ESTIMATOR
@@ -109,15 +109,9 @@ class RequestCounter:
 
     def count(self, request: Request) -> RequestCount:
         """The count of ``request``, equal to ``count_request`` with the same counter."""
-        old, split = self._messages, self._split
-        same_head = request.system == self._system and same_tools(self._tools, request.tools)
+        same_head = request.system == self._system and alike(self._tools, request.tools)
         if (  # a loop's usual step first: one message appended, the head as it was
-            same_head
-            and old
-            and split is not None
-            and extends(request, old)
-            and len(request.messages) == len(old) + 1
-            and self._append_one(split, request.messages)
+            same_head and extends(request, self._messages) and self._append_one(request.messages)
         ):
             return self._result(request)
         last = self._last
@@ -148,13 +142,7 @@ class RequestCounter:
             common = len(old)  # ``count`` tried ``_append_one`` (if the head was the same)
         else:
             common = common_prefix(old, messages)
-            split = self._split
-            if (
-                common == len(old) == len(messages) - 1
-                and common
-                and split is not None
-                and self._append_one(split, messages)
-            ):
+            if common == len(old) and self._append_one(messages):
                 return
         appended = common == len(old)  # the old pivot holds for messages[:common]
         pivot = scheme.pivot(messages, common, self._pivot) if appended else scheme.pivot(messages)
@@ -186,9 +174,13 @@ class RequestCounter:
         self._estimates, self._messages, self._pivot = estimates, messages, pivot
         self._prune()
 
-    def _append_one(self, split: SplitScheme, messages: tuple[Message, ...]) -> bool:
-        """One message appended, the old last one with a body: the split scheme's
-        ``append_step`` in one call, where it can. False: the general step must run."""
+    def _append_one(self, messages: tuple[Message, ...]) -> bool:
+        """``messages``, which start with the last request's, one message longer, the old last
+        one with a body: the split scheme's ``append_step`` in one call, where it can. False:
+        the general step must run."""
+        split, old = self._split, self._messages
+        if split is None or not old or len(messages) != len(old) + 1:
+            return False
         last = messages[-2]
         body = self._bodies.get(id(last))
         if body is None or body[0] is not last or body[1] is None:
@@ -242,6 +234,4 @@ class RequestCounter:
 
 def _same_request(a: Request, b: Request) -> bool:
     """True when ``b`` renders as ``a`` did: the same messages tuple, system and tools."""
-    return a is b or (
-        a.messages is b.messages and a.system == b.system and same_tools(a.tools, b.tools)
-    )
+    return a is b or (a.messages is b.messages and a.system == b.system and alike(a.tools, b.tools))

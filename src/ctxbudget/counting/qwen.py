@@ -102,12 +102,14 @@ def qwen3_head(request: Request) -> tuple[str, str]:
     return "", "<|im_start|>system\n" + _tools_block(request)
 
 
+def wraps_tool_result(text: str) -> bool:
+    """A user turn's text that only wraps a tool result: it is no query."""
+    return text.startswith(TOOL_OPEN) and text.endswith(TOOL_CLOSE)
+
+
 def is_query(message: Message) -> bool:
     """A user message that is not a wrapped tool result (Qwen3's "last query" rule)."""
-    if message.role != "user":
-        return False
-    text = message_text(message)
-    return not (text.startswith(TOOL_OPEN) and text.endswith(TOOL_CLOSE))
+    return message.role == "user" and not wraps_tool_result(message_text(message))
 
 
 NO_QUERY = sys.maxsize
@@ -169,8 +171,12 @@ def qwen3_reply_body(message: Message) -> str | None:
     """What follows a reply's framing in ``qwen3_assistant``, which both renderings of a reply
     without reasoning share when it starts with a non-space; None otherwise (then the empty
     ``<think>`` block's ``lstrip`` may change the content, or no cut is proven)."""
-    content, reasoning = split_reasoning(message)
-    if reasoning or not content or content[0].isspace():
+    content = message.content
+    if type(content) is not str or message.reasoning is not None or "</think>" in content:
+        content, reasoning = split_reasoning(message)  # else there is nothing to split off
+        if reasoning:
+            return None
+    if not content or content[0].isspace():
         return None
     return content + _qwen3_calls(message, content)
 
@@ -213,19 +219,13 @@ def qwen3_append(
     if role == "user":
         if not turns or not content or content[0].isspace():
             return None
-        if content.startswith(TOOL_OPEN) and content.endswith(TOOL_CLOSE):
-            return None  # a wrapped tool result, no query (``is_query``, its text at hand)
+        if wraps_tool_result(content):
+            return None  # no query (``is_query``, its text at hand)
         if pivot < n - 3:  # (NO_QUERY is past every index)
             return None  # the replies after the old query lose their reasoning: more than two
         pivot, flags, body = n - 1, (), content
     elif role == "assistant":
-        if not turns:
-            return None
-        if new.reasoning is None and not new.tool_calls and "</think>" not in content:
-            # ``qwen3_reply_body`` with nothing to split off the content
-            text = content if content and not content[0].isspace() else None
-        else:
-            text = qwen3_reply_body(new)
+        text = qwen3_reply_body(new) if turns else None
         if text is None:
             return None
         flags, body = (n - 1 > pivot, True), text

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxbudget.counting.template_shape import BodyShapes, Content, Shape
+from ctxbudget.messages.model import alike
 from ctxbudget.tokens.registry import ExactTokenizer
 
 MAX_PREFIX_CHARS = 200_000
@@ -212,9 +213,6 @@ def _builder(shape: Shape, splitter: Splitter | None) -> Callable[[str, int], Bu
     return usual
 
 
-_EXACT = (str, int, bool, type(None))  # of one type, equal values of these print alike
-
-
 def kept_values(outer: Sequence[Any]) -> Sequence[Any]:
     """The values from before the loop, to keep for the next step's ``same_values``: a tuple
     (a frame's) as it is, since it cannot change; any other sequence copied."""
@@ -222,9 +220,8 @@ def kept_values(outer: Sequence[Any]) -> Sequence[Any]:
 
 
 def same_values(old: Sequence[Any] | None, new: Sequence[Any]) -> bool:
-    """The values a loop body reads from before the loop render as they did: each the same
-    object, or of the same type and equal, and printed alike where equal values may print
-    apart (a float: ``-0.0 == 0.0``; a list or dict: ``[True] == [1]``)."""
+    """The values a loop body reads from before the loop render as they did: each ``alike``
+    the one before (a float: ``-0.0 == 0.0``; a list or dict: ``[True] == [1]``)."""
     if old is new:
         return True  # a frame's very tuple: most steps
     if old is None or len(old) != len(new):
@@ -232,9 +229,6 @@ def same_values(old: Sequence[Any] | None, new: Sequence[Any]) -> bool:
     if all(map(operator.is_, old, new)):  # the same objects, compared in C
         return True
     try:
-        return all(
-            type(a) is type(b) and bool(a == b) and (type(a) in _EXACT or repr(a) == repr(b))
-            for a, b in zip(old, new, strict=True)
-        )
+        return all(map(alike, old, new))
     except Exception:  # a value whose == fails: not known the same
         return False

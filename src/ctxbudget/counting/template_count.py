@@ -35,7 +35,7 @@ from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allo
 from ctxbudget.counting.template_input import message_dict, template_tools
 from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
 from ctxbudget.errors import InputError
-from ctxbudget.messages.model import Message, Request, common_prefix, extends, same, same_tools
+from ctxbudget.messages.model import Message, Request, alike, common_prefix, extends, same
 from ctxbudget.tokens.registry import ExactTokenizer
 
 _PLACEHOLDER = "\ue000ctxbudget-cut\ue000"  # private-use characters: never in a template
@@ -135,7 +135,7 @@ class PieceCache:
         return self.listed[start:]
 
     def template_tools(self, request: Request) -> list[dict[str, Any]] | None:
-        if self.tool_specs is None or not same_tools(self.tool_specs, request.tools):
+        if self.tool_specs is None or not alike(self.tool_specs, request.tools):
             self.tool_specs, self.tools = request.tools, template_tools(request)
             self.tools_key = repr(self.tools)
         return self.tools
@@ -380,11 +380,8 @@ class TemplateScheme:
             lambda: memo.append_one(step.plan, loop_input, frame.outer, lineage)
         ):
             return None
-        if (
-            memo.bad
-            or not memo.texts[-1]
-            or not (frame.after_cut or not frame.after or memo.edges[-1][1])
-        ):  # the new text meets its neighbour without an added token: the general result
+        if memo.bad or not memo.texts[-1] or not self._apart(frame, memo):
+            # the new text meets its neighbour or the tail without an added token
             source = self.source(tools)
             return self._loop_result(
                 step.plan, source, request, messages, tools, cache, memo, frame

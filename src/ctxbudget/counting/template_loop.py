@@ -22,7 +22,7 @@ from ctxbudget.counting.result import RunningCounts
 from ctxbudget.counting.sandbox import value_limit
 from ctxbudget.counting.template_build import ShapeTexts, Splitter, kept_values, same_values
 from ctxbudget.counting.template_shape import BodyShapes, body_shapes
-from ctxbudget.messages.model import same
+from ctxbudget.messages.model import alike, same
 
 LOOP_MARKER = "\ue000ctxbudget-loop\ue001"  # private-use characters: never in a template
 _BODY, _LOOP = "ctxbudget_loop_body", "ctxbudget_loop"
@@ -323,17 +323,7 @@ class LoopMemo:
                 del self.texts[n:], self.edges[n:]
             early = range(min(plan.before, start))  # messages[-1] of the first ones wraps
             changed = [*early, *range(start, n)]
-            made = _texts(plan, shapes, changed, messages, body, outer, guard)
-            texts, counts, edges = self.texts, self.counts, self.edges
-            for i, (text, pieces) in zip(changed, made, strict=True):
-                tokens, edge = measure(text, pieces)
-                counts.put(i, tokens)
-                if i < len(texts):
-                    texts[i], edges[i] = text, edge
-                else:
-                    texts.append(text)
-                    edges.append(edge)
-            self._reseam(changed, n)
+            self._store(changed, _texts(plan, shapes, changed, messages, body, outer, guard), n)
             if kept:  # the first ``start`` items equal the last ones (``_first_stale``)
                 del self.items[n:]
                 self.items[start:] = messages[start:n]
@@ -358,11 +348,10 @@ class LoopMemo:
         message has a proven shape: its text alone is built and measured. False, with the
         texts and counts as they were, where the run must go (``callback``'s ``run``); a
         failure is the run's (call it as the run is called)."""
-        shapes, measure = self.shapes, self.measure
+        shapes = self.shapes
         n = len(messages)
         if (
             shapes is None
-            or measure is None
             or not plan.appendable
             or lineage is None
             or self.state is None
@@ -376,15 +365,25 @@ class LoopMemo:
         made = shapes.text(messages[-1], n - 1, n, value_limit())
         if made is None:
             return False
-        text, pieces = made
-        tokens, edge = measure(text, pieces)
-        self.counts.put(n - 1, tokens)
-        self.texts.append(text)
-        self.edges.append(edge)
-        self._reseam([n - 1], n)
+        self._store([n - 1], [made], n)
         self.items.append(messages[-1])
         self.state = lineage[0]
         return True
+
+    def _store(self, changed: list[int], made: list[tuple[str, list[str] | None]], n: int) -> None:
+        """Measure the texts ``made`` for the ``changed`` positions (in order) and keep them,
+        with the seams they make, in a loop of ``n`` texts."""
+        texts, counts, edges, measure = self.texts, self.counts, self.edges, self.measure
+        assert measure is not None  # ``callback`` gave it
+        for i, (text, pieces) in zip(changed, made, strict=True):
+            tokens, edge = measure(text, pieces)
+            counts.put(i, tokens)
+            if i < len(texts):
+                texts[i], edges[i] = text, edge
+            else:
+                texts.append(text)
+                edges.append(edge)
+        self._reseam(changed, n)
 
     def _reseam(self, changed: list[int], n: int) -> None:
         """Mark the texts that meet the text before them without an added token between. An
@@ -466,7 +465,7 @@ class LoopMemo:
             if equal:  # an equal dict may print apart (tool-call arguments parsed: True == 1):
                 # the items that are not the very same are compared as printed
                 apart = (
-                    i for i in compress(count(known), differ) if repr(old[i]) != repr(messages[i])
+                    i for i in compress(count(known), differ) if not alike(old[i], messages[i])
                 )
                 common = next(apart, common)
             else:

@@ -177,15 +177,23 @@ def extends(request: Request, messages: tuple[Message, ...]) -> bool:
 
 def same(a: object, b: object) -> bool:
     """The same object, or an equal one: identity first, cheap. Equal messages render the same
-    (their fields are text); values parsed from JSON may not (``same_tools``)."""
+    (their fields are text); values parsed from JSON may not (``alike``)."""
     return a is b or bool(a == b)
 
 
-def same_tools(a: tuple[ToolSpec, ...], b: tuple[ToolSpec, ...]) -> bool:
-    """The same tool list, or one that renders the same: equal, and printed alike too. A
-    schema's values compare equal where they print apart (``True == 1 == 1.0``, ``-0.0 ==
-    0.0``, keys in another order), and a template prints them."""
-    return a is b or (a == b and repr(a) == repr(b))
+_PRINTED_AS_EQUAL = (str, int, bool, type(None))  # of one type, equal values print alike
+
+
+def alike(a: object, b: object) -> bool:
+    """The same object, or one that renders the same: of the same type, equal, and printed
+    alike where equal values may print apart (``True == 1 == 1.0``, ``-0.0 == 0.0``, a dict's
+    keys in another order: a tool schema, tool-call arguments parsed from JSON, values a
+    template sets), as a template prints them."""
+    if a is b:
+        return True
+    return (
+        type(a) is type(b) and bool(a == b) and (type(a) in _PRINTED_AS_EQUAL or repr(a) == repr(b))
+    )
 
 
 def common_prefix(old: tuple[Message, ...], new: tuple[Message, ...]) -> int:
