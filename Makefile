@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-server lint typecheck pytest fuzz bench clean
+.PHONY: demo test test-server test-reliability lint typecheck pytest fuzz bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ test: $(VENV)/.dev
 test-server: $(VENV)/.dev
 	PYTHON=$(BIN)/python scripts/build_llama_server.sh
 	$(BIN)/python -m pytest tests/server -m server -p no:cacheprovider
+
+# Hostile inputs that take seconds to minutes each (huge files, runaway regexes, many sessions).
+test-reliability: $(VENV)/.dev
+	$(BIN)/python -m pytest tests -m reliability -p no:cacheprovider
 
 fuzz: $(VENV)/.dev
 	CTXBUDGET_FUZZ=1 HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests -m fuzz -p no:cacheprovider
