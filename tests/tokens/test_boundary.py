@@ -7,8 +7,10 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
+import time
+
 from ctxbudget.tokens.registry import (
-    MAX_TRIE_TOKEN,
+    MAX_TRIE_NEST,
     alternation_pattern,
     token_boundary,
     trie_pattern,
@@ -36,11 +38,29 @@ def test_llama3_reserved_tokens_are_one_trie() -> None:
     assert found == ["<|reserved_special_token_12|>", "<|reserved_special_token_1|>", "<|eot_id|>"]
 
 
-def test_a_long_added_token_gets_the_alternation() -> None:
-    """A hostile folder's 10,000-character tokens nest no 10,000 groups (recursion limits)."""
-    nested = [("a" * n) + "b" for n in (1, 5_000, 10_000)]
-    assert len(nested[1]) > MAX_TRIE_TOKEN
+def test_long_added_tokens_nest_no_deeper_than_the_bound() -> None:
+    """A hostile folder's 10,000-character tokens nest no 10,000 groups (recursion limits):
+    past ``MAX_TRIE_NEST`` levels the rest is one alternation, matching as the whole one does."""
+    nested = [("a" * n) + "b" for n in (1, 5_000, 10_000)] + ["a" * n for n in range(1, 300)]
+    pattern = trie_pattern(nested)
+    assert pattern.count("(?:") <= MAX_TRIE_NEST + 2
     boundary = token_boundary(nested)
     assert boundary is not None
-    assert boundary.pattern.pattern == alternation_pattern(nested)
-    assert [m.group() for m in boundary.pattern.finditer("x" + nested[2])] == [nested[2]]
+    text = "x" + nested[2] + "a" * 700 + "ab"
+    alternation = re.compile(alternation_pattern(nested))
+    found = [m.span() for m in boundary.pattern.finditer(text)]
+    assert found == [m.span() for m in alternation.finditer(text)]
+
+
+def test_many_added_tokens_with_a_long_one_split_in_linear_time() -> None:
+    """100,000 added tokens, one over 256 characters: the splitter stays a trie (it used to
+    become one 100,000-way alternation: a 120 KB message took 76 s)."""
+    tokens = [f"<extra_{i}>" for i in range(100_000)] + ["<" + "long" * 100 + ">"]
+    boundary = token_boundary(tokens)
+    assert boundary is not None
+    text = ("<extra_1> " + "<" + "long" * 100 + "> plain text, <extra_99999>x ") * 250  # ~120 KB
+    started = time.perf_counter()
+    found = [m.group() for m in boundary.pattern.finditer(text)]
+    assert time.perf_counter() - started < 2  # measured: ~0.03 s
+    assert found[:3] == ["<extra_1>", "<" + "long" * 100 + ">", "<extra_99999>"]
+    assert len(found) == 750

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import unicodedata
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import click
@@ -14,8 +12,21 @@ from rich.table import Table
 from ctxbudget.cli.inputs import iter_text
 from ctxbudget.errors import ConfigError
 from ctxbudget.tokens import TokenCounter, counter_for_model, get_counter, tokenizer_infos
-from ctxbudget.tokens.registry import TOKENIZER_NAMES, has_known_family
+from ctxbudget.tokens.pieces import PIECE_CHARS, SEARCH_CHARS, bounded_pieces
+from ctxbudget.tokens.registry import has_known_family
 from ctxbudget.tokens.select import GENERIC_ESTIMATOR, get_estimator
+
+# bounded_pieces and its limits live in tokens/pieces.py; named here for callers of the CLI module.
+__all__ = [
+    "PIECE_CHARS",
+    "SEARCH_CHARS",
+    "FileCount",
+    "bounded_pieces",
+    "choose_counter",
+    "count_command",
+    "count_source",
+    "tokenizers_command",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,58 +63,14 @@ def choose_counter(
     return get_counter(default)
 
 
-PIECE_CHARS = 1 << 18
-"""An exact tokenizer is given at most about this many characters at once: its list of ids (36
-bytes an id in Python) stays a few MB even for a chunk of text with no whitespace to cut at."""
-SEARCH_CHARS = 1 << 16
-"""How far back from ``PIECE_CHARS`` a cut between two pre-tokenizer pieces is looked for."""
-
-
-def _cuts_between_pieces(before: str, after: str) -> bool:
-    """Whether every shipped pre-tokenizer (cl100k, o200k, Qwen) starts a piece at ``after``.
-
-    A letter or digit followed by a digit or letter of the other kind, or by punctuation or a
-    symbol: their patterns end a letter run at a non-letter and a digit run at a non-digit, and
-    punctuation never joins the run before it. Not ``'`` (o200k keeps ``don't`` whole), not two
-    digits (cl100k groups digits by three from the run's start).
-    """
-    a, b = unicodedata.category(before)[0], unicodedata.category(after)[0]
-    if a not in "LN" or after == "'":
-        return False
-    return (a != b and b in "LN") or b in "PS"
-
-
-def bounded_pieces(
-    text: str, limit: int = PIECE_CHARS, search: int = SEARCH_CHARS
-) -> Iterator[str]:
-    """``text`` in pieces of at most about ``limit`` characters, cut between pre-tokenizer pieces,
-    so the exact counts of the pieces add up to the count of the whole.
-
-    Where ``search`` characters before the limit hold no such cut (one pre-tokenizer piece longer
-    than that, e.g. a 300 MB run of one letter), the text is cut at the limit: memory stays
-    bounded, and the sum may then differ from the whole by a token or so per cut.
-    """
-    start = 0
-    while len(text) - start > limit:
-        end = start + limit
-        floor = max(start + 1, end - search)
-        pairs = (i for i in range(end, floor, -1) if _cuts_between_pieces(text[i - 1], text[i]))
-        cut = next(pairs, end)
-        yield text[start:cut]
-        start = cut
-    yield text[start:]
-
-
 def count_source(source: str, counter: TokenCounter) -> FileCount:
-    """Count one path (or ``-``), streaming it in chunks that no token crosses."""
+    """Count one path (or ``-``), streaming it in chunks that no token crosses (an exact
+    tokenizer cuts a long chunk further itself: ``ExactTokenizer.bounded``)."""
     chars = size = tokens = 0
-    # Only the shipped vocabularies' pre-tokenizers are known to allow the cuts above.
-    split = counter.kind == "exact" and counter.name in TOKENIZER_NAMES
     for chunk in iter_text(source):
         chars += len(chunk.text)
         size += chunk.bytes
-        pieces = bounded_pieces(chunk.text) if split else (chunk.text,)
-        tokens += sum(counter.count(piece) for piece in pieces)
+        tokens += counter.count(chunk.text)
     return FileCount(path=source, chars=chars, bytes=size, tokens=tokens)
 
 

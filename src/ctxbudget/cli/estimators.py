@@ -13,7 +13,6 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ctxbudget.cli.count import bounded_pieces
 from ctxbudget.cli.inputs import iter_text
 from ctxbudget.tokens import get_tokenizer
 from ctxbudget.tokens.calibrated import ESTIMATORS
@@ -40,7 +39,7 @@ def _measure(chunks: Iterable[str], reference: str) -> tuple[int, int, dict[str,
     tokens = dict.fromkeys(ESTIMATORS, 0)
     for text in chunks:
         chars += len(text)
-        exact += sum(count(piece) for piece in bounded_pieces(text))
+        exact += count(text)  # cut in bounded pieces by the tokenizer itself
         for name, function in ESTIMATORS.items():
             tokens[name] += function(text)
     return chars, exact, tokens

@@ -77,10 +77,34 @@ def folder_root(path: str | Path) -> Path:
     return root.parent if root.is_file() else root
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A folder's JSON file as a dict; ``{}`` when absent; a one-line error when invalid."""
+TOKENIZER_JSON_BYTES = 256 << 20
+"""The largest ``tokenizer.json`` read: real ones reach ~35 MB (Gemma 3's 33 MB, its 262 K
+vocabulary), 256 MiB is seven times that; Python's JSON of it takes several times its size."""
+CONFIG_JSON_BYTES = 8 << 20
+"""The largest ``tokenizer_config.json`` / ``special_tokens_map.json`` read: real ones reach
+~1.2 MB (Gemma 3's config lists its 6 K added tokens); 8 MiB is seven times that."""
+
+
+def check_size(path: Path, limit: int) -> None:
+    """Refuse ``path`` when it is over ``limit`` bytes, before reading any of it (a 1 GB
+    config took 2.2 GB and 16 s to refuse after reading; a sparse file costs nothing to make)."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
+    if size > limit:
+        raise InputError(
+            f"{path}: {size:,} bytes, over the {limit >> 20} MiB a model folder's "
+            f"{path.name} may have; not a real tokenizer file"
+        )
+
+
+def read_json(path: Path, limit: int = CONFIG_JSON_BYTES) -> dict[str, Any]:
+    """A folder's JSON file as a dict; ``{}`` when absent; a one-line error when invalid or
+    over ``limit`` bytes."""
     if not path.is_file():
         return {}
+    check_size(path, limit)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
@@ -119,7 +143,7 @@ def _decoder(entries: Any) -> tuple[TokenSpec, ...]:
 
 
 def _tokenizer_json_added(root: Path) -> tuple[TokenSpec, ...]:
-    data = read_json(root / "tokenizer.json")
+    data = read_json(root / "tokenizer.json", TOKENIZER_JSON_BYTES)
     entries = {str(t.get("id")): t for t in data.get("added_tokens") or [] if isinstance(t, dict)}
     return _decoder(entries)
 

