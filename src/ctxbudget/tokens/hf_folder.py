@@ -80,9 +80,10 @@ def folder_root(path: str | Path) -> Path:
 TOKENIZER_JSON_BYTES = 256 << 20
 """The largest ``tokenizer.json`` read: real ones reach ~35 MB (Gemma 3's 33 MB, its 262 K
 vocabulary), 256 MiB is seven times that; Python's JSON of it takes several times its size."""
-CONFIG_JSON_BYTES = 8 << 20
+CONFIG_JSON_BYTES = 32 << 20
 """The largest ``tokenizer_config.json`` / ``special_tokens_map.json`` read: real ones reach
-~1.2 MB (Gemma 3's config lists its 6 K added tokens); 8 MiB is seven times that."""
+~1.2 MB (Gemma 3's config lists its 6 K added tokens); 100,000 added tokens are ~13 MB, so
+32 MiB keeps room for such a vocabulary extension and Python's JSON of it a few hundred MB."""
 
 
 def check_size(path: Path, limit: int) -> None:

