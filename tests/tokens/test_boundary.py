@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
+import time
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-import time
 
 from ctxbudget.tokens.registry import (
     MAX_TRIE_NEST,

@@ -786,8 +786,9 @@ def _check_regex_speed(tok: Any, file: Path, count: Callable[[str], int]) -> Non
     (``a{0,2000}a{0,2000}c|.`` on a run of ``a``) and the Rust call cannot be interrupted from
     Python, so it is timed on small texts first: runs of each character the regex names and all
     of them in turn, each allowed the pace ``TOKENIZE_SECONDS`` sets for ``PIECE_CHARS`` (38 µs
-    a character, ten times what real tokenizers need; a probe over it runs twice, the faster counts). A regex
-    slow only on texts unlike these probes is not caught here; see ``ExactTokenizer.bounded``.
+    a character, ten times what real tokenizers need; a probe over it runs twice, the faster
+    counts). A regex slow only on texts unlike these probes is not caught here; see
+    ``ExactTokenizer.bounded``.
     """
     found = [*_regexes(_normalizer_state(tok)), *_regexes(_pre_tokenizer_state(tok))]
     unknown = [r for r in found if r not in CUTTABLE_PATTERNS]
@@ -876,12 +877,12 @@ def _build_hf(path: str) -> ExactTokenizer:
     from tokenizers import Tokenizer
 
     file = hf_tokenizer_file(path)
+    facts = folder_tokens(str(file))  # first: a bad config is refused before the big file loads
     try:
         tok = Tokenizer.from_file(str(file))
     except Exception as exc:  # the Rust side raises a bare Exception for any bad file
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InputError(f"{file}: not a valid tokenizer.json ({first})") from exc
-    facts = folder_tokens(str(file))
     try:
         _apply_folder_tokens(tok, facts)
     except Exception as exc:  # a config whose tokens the Rust side refuses
