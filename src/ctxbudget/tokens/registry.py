@@ -304,6 +304,8 @@ class ExactTokenizer:
         """The exact number of tokens in ``text``."""
         if self.special_in_text:
             return self.count_special(text)
+        if len(text) <= PIECE_CHARS:
+            return len(self._encode(text, False))
         return sum(len(self._encode(piece, False)) for piece in self.bounded(text))
 
     @_deadline_named
