@@ -121,7 +121,8 @@ from ctxbudget.counting import count_request
 from ctxbudget.messages.detect import parse_request_json
 from ctxbudget.tokens.registry import get_tokenizer
 get_tokenizer(sys.argv[1])
-body = {"messages": [{"role": "user", "content": ("hello <extra_5> world, " * 6000)[:120_000]}]}
+text = "words of a message, aa_0 and dy_99999 here. " * 2700  # 120 KB, two added tokens a line
+body = {"messages": [{"role": "user", "content": text}]}
 started = time.perf_counter()
 total = count_request(parse_request_json(json.dumps(body), "body"), model=sys.argv[1]).total
 print(json.dumps({"total": total, "seconds": time.perf_counter() - started}))
@@ -139,7 +140,9 @@ def test_100k_added_tokens_and_a_long_one_count_a_120_kb_message(
     (folder / "tokenizer.json").symlink_to(source / "tokenizer.json")
     config = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
     flags = {"lstrip": False, "rstrip": False, "normalized": False, "single_word": False}
-    tokens = [f"<extra_{i}>" for i in range(100_000)] + ["<" + "long" * 100 + ">"]
+    letters = "abcdefghijklmnopqrstuvwxyz"  # first characters that plain text holds
+    tokens = [f"{letters[i % 26]}{letters[i // 26 % 26]}_{i}" for i in range(100_000)]
+    tokens.append("<" + "long" * 100 + ">")
     for i, token in enumerate(tokens):
         config["added_tokens_decoder"][str(151_665 + i)] = {"content": token, **flags}
     (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
