@@ -26,7 +26,7 @@ from ctxbudget.agent.settings import (
     restored_compactions,
 )
 from ctxbudget.agent.silent import SilentOverflow, cut_reply, truncated_prompt
-from ctxbudget.budget.context import RequestCounterLike, context_tokens
+from ctxbudget.budget.context import RequestCounterLike, UsageTrust, context_tokens
 from ctxbudget.budget.floor import check_prompt_floor, one_line
 from ctxbudget.budget.rules import Checkpoint, Policy, validate_window
 from ctxbudget.errors import CompactionError, ConfigError, ContextOverflowError, ProviderError
@@ -127,6 +127,8 @@ class Agent:
         self._floor_checked = False
         self._sent = Request()
         """The request last sent (what the server's usage reports on)."""
+        self.usage_trust = UsageTrust()
+        """What the server's usage reports proved: a truncation, or a report passed over."""
         self._built: Request | None = None
         """The request ``request()`` last made."""
         self._root: tuple[Message, ...] | None = None
@@ -172,6 +174,7 @@ class Agent:
     def context_tokens(self) -> int:
         """The next request's size, usage-first (the provider's last count + what came since)."""
         estimate = context_tokens(self.request(), self.counter, compaction_id=self.compaction_id)
+        self.usage_trust.note(estimate.passed_over)
         return estimate.tokens
 
     def check_floor(self) -> None:
@@ -312,10 +315,11 @@ class Agent:
 
     def _check_truncation(self, completion: Completion) -> None:
         """A prompt the server silently shortened: adopt its size and compact (the reply stays:
-        the server answered the newest messages, which truncation keeps)."""
+        the server answered the newest messages, which truncation keeps). A gap from a server
+        not known to report whole prompts is a report passed over instead (`UsageTrust`)."""
         count = self.counter.count(self._sent)
-        if count.kind != "exact":
-            return  # an estimate's error is larger than the gap this looks for
+        if self.usage_trust.truncation(completion.usage, count) is None:
+            return
         found = truncated_prompt(completion.usage, count.total)
         if found is not None:
             self._silent_overflow(found, completion.usage.input_tokens, "truncated")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ctxbudget.budget.usage import FAR_BELOW_MIN_TOKENS, FAR_BELOW_SHARE, prompt_gap
 from ctxbudget.messages import Usage
 
 __all__ = [
@@ -15,12 +16,11 @@ __all__ = [
     "truncated_prompt",
 ]
 
-TRUNCATION_SHARE = 0.9
-"""A reported prompt under 90% of our exact count was truncated by the server: exact counts
-match llama.cpp's and vLLM's to the token (tests/server), so a 10% gap is not counting noise."""
-TRUNCATION_MIN_TOKENS = 32
-"""...and at least this many tokens short, so a tiny prompt's few-token template slack (a
-server that adds or drops a BOS, say) is never read as truncation."""
+TRUNCATION_SHARE = FAR_BELOW_SHARE
+"""A reported prompt under 90% of our exact count was truncated by the server (the bound every
+reader of such a gap shares: ``budget.usage.FAR_BELOW_SHARE``)."""
+TRUNCATION_MIN_TOKENS = FAR_BELOW_MIN_TOKENS
+"""...and at least this many tokens short (``budget.usage.FAR_BELOW_MIN_TOKENS``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,9 +56,7 @@ def truncated_prompt(usage: Usage, counted: int) -> SilentOverflow | None:
     part of it (Ollama does so when ``num_ctx`` is smaller than the prompt, and reports the
     truncated size), so the reported size is the most its window holds."""
     reported = usage.input_tokens
-    if reported <= 0 or counted <= 0:
-        return None
-    if reported >= counted * TRUNCATION_SHARE or counted - reported < TRUNCATION_MIN_TOKENS:
+    if prompt_gap(reported, counted) is None:
         return None
     return SilentOverflow(
         limit=reported,

@@ -26,7 +26,12 @@ from ctxbudget.agent.settings import (
     policy_for,
     reply_reserve,
 )
-from ctxbudget.budget.context import ContextEstimate, RequestCounterLike, context_tokens
+from ctxbudget.budget.context import (
+    ContextEstimate,
+    RequestCounterLike,
+    UsageTrust,
+    context_tokens,
+)
 from ctxbudget.budget.floor import check_prompt_floor, one_line
 from ctxbudget.budget.rules import Policy, validate_window
 from ctxbudget.compaction.archive import Archive, text_digest
@@ -120,6 +125,8 @@ class ContextGuard:
         self.overflows = 0
         self.sources: Counter[str] = Counter()
         """How the checks reached their sizes: ``usage`` (usage-first) or ``count``."""
+        self.usage_trust = UsageTrust()
+        """Says once when a usage report far below our exact count was passed over."""
         self._archived: set[str] = set()
         self._floor_checked = False
 
@@ -131,13 +138,16 @@ class ContextGuard:
     # -- the decision --------------------------------------------------------------------
 
     def estimate(self, request: Request) -> ContextEstimate:
-        """The request's size, usage-first (usage recorded under the current compaction only)."""
-        return context_tokens(
+        """The request's size, usage-first (usage recorded under the current compaction only;
+        a report far below our exact count is passed over, and that is said once)."""
+        estimate = context_tokens(
             request,
             self.counter,
             compaction_id=self.compaction_id,
             compacted_at=self.compacted_at,
         )
+        self.usage_trust.note(estimate.passed_over)
+        return estimate
 
     def should_compact(self, request: Request) -> bool:
         """True when the rule fires for ``request`` at a request or step checkpoint."""
