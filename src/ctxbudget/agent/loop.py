@@ -25,7 +25,13 @@ from ctxbudget.agent.settings import (
     reply_reserve,
     restored_compactions,
 )
-from ctxbudget.agent.silent import SilentOverflow, cut_reply, truncated_prompt
+from ctxbudget.agent.silent import (
+    SilentOverflow,
+    cut_reply,
+    half_window,
+    served_overflow,
+    truncated_prompt,
+)
 from ctxbudget.budget.context import RequestCounterLike, UsageTrust, context_tokens
 from ctxbudget.budget.floor import check_prompt_floor, one_line
 from ctxbudget.budget.rules import Checkpoint, Policy, validate_window
@@ -322,8 +328,27 @@ class Agent:
             return
         found = truncated_prompt(completion.usage, count.total)
         if found is not None:
+            found = self._truncation_window(found, count.total)
             self._silent_overflow(found, completion.usage.input_tokens, "truncated")
             self._compact("context_overflow")
+
+    def _truncation_window(self, found: SilentOverflow, counted: int) -> SilentOverflow:
+        """The window a silent truncation shows: the server's own when it can be asked, else the
+        one behind Ollama's half-window cut, else the reported size (``found``: never more than
+        the real window, but maybe half of it)."""
+        reported = found.limit
+        served = served_overflow(reported, counted, self.provider.served_window())
+        if served is not None:
+            return served
+        sent = self._sent
+        kept = (
+            self.counter.count(sent.with_messages(sent.messages[dropped:])).total
+            for dropped in range(1, len(sent.messages))
+        )
+        half = half_window(reported, counted, kept)
+        # Not smaller than the window in force: a guess already adopted and still truncated,
+        # so the guess was too large (see half_window); the reported size is sure.
+        return half if half is not None and half.limit < self.window else found
 
     def _undercount(self, exc: ContextOverflowError) -> float:
         """Our count over the server's, when the server said how long the prompt was (< 1)."""

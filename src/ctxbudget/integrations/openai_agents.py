@@ -75,17 +75,25 @@ class ContextBudgetFilter:
         self._learn_model(data.agent)
         compacted = await self._guarded("prepare", request)
         if compacted is not None:
-            view, request = self._compacted(full, view, compacted), compacted
+            # The request is read again from the new view: an overflow's recovery maps its
+            # messages back through that view, by the item indices it holds.
+            view = self._compacted(full, view, compacted)
+            request = self._request(view, data.model_data.instructions, data.agent)
         out = ModelInputData(input=list(view.items), instructions=data.model_data.instructions)
         self._memory.sent = view.messages
         self._last = (out, full, request, view)
         return out
 
     async def retry(self, context: RetryPolicyContext) -> bool | RetryDecision:
-        """A retry policy: after an overflow, compact the failed input in place and retry once."""
+        """A retry policy: after an overflow, compact the failed input in place and retry once.
+
+        A second overflow of the same input raises `CompactionError`, as every adapter does.
+        """
         overflow = overflow_of(context.error)
-        if overflow is None or self._last is None or context.attempt > 1:
+        if overflow is None or self._last is None:
             return False
+        if context.attempt > 1:
+            raise self.guard.retry_failed(context.error) from context.error
         out, full, request, view = self._last
         compacted = await self._guarded("recover", request, overflow)
         assert compacted is not None  # recover compacts or raises
@@ -96,8 +104,13 @@ class ContextBudgetFilter:
         return RetryDecision(retry=True, delay=0.0, reason="compacted after a context overflow")
 
     def retry_settings(self) -> ModelRetrySettings:
-        """``ModelSettings(retry=...)`` for `retry`: one retry, right away."""
-        return ModelRetrySettings(max_retries=1, backoff={"initial_delay": 0.0}, policy=self.retry)
+        """``ModelSettings(retry=...)`` for `retry`: one retry, right away.
+
+        ``max_retries`` is 2 so that the SDK asks `retry` about the second failure too (it
+        skips the policy past ``max_retries``): `retry` answers that one itself, raising
+        `CompactionError` for a second overflow and declining anything else.
+        """
+        return ModelRetrySettings(max_retries=2, backoff={"initial_delay": 0.0}, policy=self.retry)
 
     def run_config(self, **kwargs: Any) -> RunConfig:
         """A ``RunConfig`` with this filter and its retry (``hooks`` go to ``Runner.run``)."""
