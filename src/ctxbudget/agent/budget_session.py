@@ -137,6 +137,8 @@ class SessionState:
     """`UsageTrust.whole_prompts`: a server report agreed with our exact count."""
     passed_over: PromptGap | None = None
     """`UsageTrust.passed_over`: the report already said to be passed over."""
+    owed: Trigger | None = None
+    """A compaction a silent truncation made due, not made yet."""
 
 
 class SessionStore(Protocol):
@@ -227,6 +229,8 @@ class BudgetSession:
         self._archived: set[str] = set()
         self._replaced: tuple[Message, ...] = ()
         self._view: tuple[Message, ...] = ()
+        self._owed: Trigger | None = None
+        """A compaction a silent truncation showed is needed, made by the next `prepare`."""
         self._compacting = threading.RLock()
         self._state = threading.RLock()
 
@@ -245,14 +249,18 @@ class BudgetSession:
         summarizer: Summarizer | None = None,
         reply: Callable[[Result], Reply | None] | None = None,
         new_turn: bool = False,
+        checkpoints: Sequence[Checkpoint] = ("before_request", "after_step"),
     ) -> Result:
         """Send ``request`` inside the window: prepare (floor, rule, compact), ``send``; on an
         overflow adopt the stated window, compact harder and send once more; a second overflow is
         `CompactionError`. ``send`` raises `ContextOverflowError` for an overflow (adapters map
         their framework's errors with ``overflow_of``). With ``reply``, a reply cut by a smaller
-        window is dropped and resent, and a truncated prompt's window adopted (compacted next).
-        ``new_turn`` starts a turn: the per-turn compaction cap starts again."""
-        sent = self.prepare(request, summarizer=summarizer, new_turn=new_turn)
+        window is dropped and resent, and a truncated prompt's window adopted (the next `prepare`
+        compacts). ``new_turn`` starts a turn: the per-turn compaction cap starts again;
+        ``checkpoints`` are those the rule is asked at before this request."""
+        sent = self.prepare(
+            request, summarizer=summarizer, new_turn=new_turn, checkpoints=checkpoints
+        )
         try:
             result = send(sent)
         except ContextOverflowError as error:
@@ -263,7 +271,7 @@ class BudgetSession:
             sent = self.compact(sent, "context_overflow", summarizer=summarizer)
             return self._resend(sent, send, reply)
         if found is not None:
-            self.check_truncation(sent, found.usage)
+            self._truncated(sent, found.usage)
         return result
 
     async def arun(
@@ -274,11 +282,16 @@ class BudgetSession:
         summarizer: Summarizer | None = None,
         reply: Callable[[Result], Reply | None] | None = None,
         new_turn: bool = False,
+        checkpoints: Sequence[Checkpoint] = ("before_request", "after_step"),
     ) -> Result:
         """`run` for async I/O: the decisions and compactions run in a worker thread (a
         summarizer that needs the event loop bridges to it itself), the sends on the loop."""
         sent = await asyncio.to_thread(
-            self.prepare, request, summarizer=summarizer, new_turn=new_turn
+            self.prepare,
+            request,
+            summarizer=summarizer,
+            new_turn=new_turn,
+            checkpoints=checkpoints,
         )
         try:
             result = await send(sent)
@@ -292,7 +305,7 @@ class BudgetSession:
             )
             return await self._aresend(sent, send, reply)
         if found is not None:
-            await asyncio.to_thread(self.check_truncation, sent, found.usage)
+            await asyncio.to_thread(self._truncated, sent, found.usage)
         return result
 
     def _resend(
@@ -307,7 +320,7 @@ class BudgetSession:
             raise self.fail(again) from again
         found = self._read(result, reply)
         if found is not None:
-            self.check_truncation(sent, found.usage)
+            self._truncated(sent, found.usage)
         return result
 
     async def _aresend(
@@ -322,8 +335,15 @@ class BudgetSession:
             raise self.fail(again) from again
         found = self._read(result, reply)
         if found is not None:
-            await asyncio.to_thread(self.check_truncation, sent, found.usage)
+            await asyncio.to_thread(self._truncated, sent, found.usage)
         return result
+
+    def _truncated(self, sent: Request, usage: Usage) -> None:
+        """After `check_truncation` found one, the next `prepare` compacts whatever the rule
+        says (the caller's view holds the reply by then, as `Agent`'s does when it compacts)."""
+        if self.check_truncation(sent, usage) is not None:
+            with self._state:
+                self._owed = "context_overflow"
 
     @staticmethod
     def _read(result: Result, reply: Callable[[Result], Reply | None] | None) -> Reply | None:
@@ -349,6 +369,10 @@ class BudgetSession:
                 self.check_floor(request)
             request = self._substitute(request)
             self.observe(request.messages)
+            with self._state:
+                owed, self._owed = self._owed, None
+            if owed is not None:
+                return self.compact(request, owed, summarizer=summarizer)
             if not self.should_compact(request, checkpoints):
                 return request
             return self.compact(request, "context_pressure", summarizer=summarizer)
@@ -371,10 +395,10 @@ class BudgetSession:
             self.overflowed(error)
         return CompactionError(still_over_window(error))
 
-    def begin_turn(self) -> None:
-        """A new user turn: the compaction cap starts again."""
+    def begin_turn(self, turn: int | None = None) -> None:
+        """A new user turn (number ``turn``, else the next): the compaction cap starts again."""
         with self._state:
-            self.turn += 1
+            self.turn = self.turn + 1 if turn is None else turn
             self.turn_compactions = 0
 
     # -- decisions -------------------------------------------------------------------------------
@@ -571,9 +595,10 @@ class BudgetSession:
             return request.with_messages((*self._view, *request.messages[n:]))
         return request
 
-    def record(self, usage: Usage, *, call_index: int | None = None) -> Usage:
+    def record(self, usage: Usage, *, call_index: int | None = None, archive: bool = True) -> Usage:
         """``usage`` of a reply, tagged with the compaction in force and the time: the learned
-        reply reserve grows to the largest reply; archived when archiving."""
+        reply reserve grows to the largest reply; archived (as model call ``call_index``) when
+        archiving and ``archive``."""
         with self._state:
             stamped = dataclasses.replace(
                 usage, compaction_id=self.compaction_id, timestamp=usage.timestamp or time.time()
@@ -581,7 +606,7 @@ class BudgetSession:
             self.largest_reply = max(self.largest_reply, stamped.output_tokens)
             self.max_request_tokens = max(self.max_request_tokens, stamped.input_tokens)
             index = len(self._archived) if call_index is None else call_index
-        if self.archive is not None:
+        if self.archive is not None and archive:
             self.archive.append_usage(stamped, index)
         return stamped
 
@@ -620,12 +645,13 @@ class BudgetSession:
                 floor_checked=self.floor_checked,
                 whole_prompts=self.usage_trust.whole_prompts,
                 passed_over=self.usage_trust.passed_over,
+                owed=self._owed,
             )
 
     def apply(self, state: SessionState) -> None:
-        """Continue from ``state`` (the window only ever shrinks from the configured one)."""
+        """Continue from ``state`` (its window is one this session adopted, or an archive's)."""
         with self._state:
-            window = min(validate_window(state.window), self.configured_window)
+            window = validate_window(state.window)
             self.window = window
             self.policy = policy_for(self.policy_spec, window, self.max_output_tokens)
             self.compaction_id = state.compaction_id
@@ -640,6 +666,7 @@ class BudgetSession:
             self.floor_checked = state.floor_checked
             self.usage_trust.whole_prompts = state.whole_prompts
             self.usage_trust.passed_over = state.passed_over
+            self._owed = state.owed
 
     def save(self, store: SessionStore, key: str) -> None:
         """Keep this session's state in ``store`` under ``key``."""
