@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +25,7 @@ from ctxbudget.agent.loop import Agent
 from ctxbudget.counting import RequestCounter
 from ctxbudget.errors import CompactionError, ContextOverflowError
 from ctxbudget.messages.model import Message, Request
-from ctxbudget.providers.base import Completion
+from ctxbudget.providers.base import Completion, Provider
 from ctxbudget.providers.mock import MockProvider
 
 # -- a conversation driven through `BudgetSession.run`, as `Agent` drives its own -----------------
@@ -43,13 +45,18 @@ class Driven:
 
 
 def _drive(
-    provider: MockProvider, session: BudgetSession, turns: int, queued: Callable[[int], None]
+    provider: Provider,
+    session: BudgetSession,
+    turns: int,
+    queued: Callable[[int], None],
+    scene: Any = None,
 ) -> Driven:
     """A tool-running chat on ``session.run``: the messages, the tools and the I/O are the
-    driver's; every decision is the session's."""
-    scene = provider.scenario
+    driver's; every decision is the session's. ``scene`` plays the user (and the tools)."""
+    scene = scene or getattr(provider, "scenario", None)
     assert scene is not None
     messages: tuple[Message, ...] = ()
+    requests: list[Request] = []
 
     def request() -> Request:
         return Request(
@@ -62,11 +69,12 @@ def _drive(
     def send(sent: Request) -> Completion:
         nonlocal messages
         messages = sent.messages  # the view the session compacted to
-        return provider.complete(request())
+        requests.append(request())
+        return provider.complete(requests[-1])
 
     def after(*checkpoints: Any) -> None:
         nonlocal messages
-        messages = session.prepare(request(), summarizer=provider, checkpoints=checkpoints).messages
+        messages = session.prepare(request(), summarizer=None, checkpoints=checkpoints).messages
 
     error = None
     try:
@@ -78,7 +86,6 @@ def _drive(
                 completion = session.run(
                     request(),
                     send,
-                    summarizer=provider,
                     reply=lambda c: Reply(c.usage, c.stop_reason),
                     checkpoints=("before_request",),
                 )
@@ -101,17 +108,25 @@ def _drive(
         compactions=list(session.compactions),
         overflows=session.overflows,
         window=session.window,
-        sent=[(len(r.messages), r.max_output_tokens) for r in provider.requests],
+        sent=[(len(r.messages), r.max_output_tokens) for r in requests],
         texts=[m.text for m in messages],
         error=error,
     )
 
 
 def _agent_run(
-    agent: Agent, provider: MockProvider, turns: int, queued: Callable[[int], None]
+    agent: Agent, turns: int, queued: Callable[[int], None], scene: Any = None
 ) -> Driven:
-    scene = provider.scenario
+    scene = scene or getattr(agent.provider, "scenario", None)
     assert scene is not None
+    requests: list[Request] = []
+    complete = agent.provider.complete
+
+    def recorded(request: Request) -> Completion:
+        requests.append(request)
+        return complete(request)
+
+    agent.provider.complete = recorded  # type: ignore[method-assign]
     error = None
     try:
         for turn in range(1, turns + 1):
@@ -123,7 +138,7 @@ def _agent_run(
         compactions=list(agent.compactions),
         overflows=agent.overflows,
         window=agent.window,
-        sent=[(len(r.messages), r.max_output_tokens) for r in provider.requests],
+        sent=[(len(r.messages), r.max_output_tokens) for r in requests],
         texts=[m.text for m in agent.messages],
         error=error,
     )
@@ -172,11 +187,15 @@ def test_the_session_loop_decides_as_the_agent_does(
         tool_executor=scene.run_tool,
         **options,
     )
-    expected = _agent_run(agent, first, turns, queue(first))
+    expected = _agent_run(agent, turns, queue(first))
 
     second = provider()
     session = BudgetSession(
-        counter=qwen3, served_window=second.served_window, provider_name=second.name, **options
+        counter=qwen3,
+        summarizer=second,
+        served_window=second.served_window,
+        provider_name=second.name,
+        **options,
     )
     got = _drive(second, session, turns, queue(second))
     assert got == expected, what
@@ -303,3 +322,79 @@ def test_a_saved_session_continues_as_the_live_one(qwen3: RequestCounter) -> Non
 
 def _without_times(state: SessionState) -> SessionState:
     return dataclasses.replace(state, compaction_id=None, compacted_at=None)
+
+
+# -- the silent overflows: a reply cut by a smaller window, a prompt Ollama truncated ---------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Talk:
+    """A plain chat for a real (fake) server: long user turns, no tools."""
+
+    texts: tuple[str, ...]
+    system: str = ""
+    tools: tuple[Any, ...] = ()
+
+    def user_message(self, turn: int) -> str:
+        return self.texts[turn - 1]
+
+    def run_tool(self, call: Any) -> str:
+        raise AssertionError("no tools here")
+
+
+def _silent_cases() -> list[Any]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_silent import _paragraph, _reply, ollama_like  # its scripted servers, shared
+
+    def cut(counter: RequestCounter) -> dict[str, Any]:
+        return {"replies": (_reply(1900, 148, "length"), _reply(600, 20)), "max_output": 512}
+
+    def ollama(drop: bool, ps: bool) -> Callable[[RequestCounter], dict[str, Any]]:
+        def make(counter: RequestCounter) -> dict[str, Any]:
+            answer = ollama_like(2048, counter, [], drop_messages=drop, serve_ps=ps)
+            return {"responder": answer, "max_output": 64}
+
+        return make
+
+    talk = _Talk(tuple(_paragraph(t) for t in range(1, 7)))
+    return [
+        pytest.param(cut, _Talk(("hello",)), id="cut-reply"),
+        pytest.param(ollama(True, True), talk, id="ollama-drop-asked"),
+        pytest.param(ollama(False, False), talk, id="ollama-half-window"),
+    ]
+
+
+@pytest.mark.parametrize(("server", "talk"), _silent_cases())
+def test_the_session_loop_reads_silent_overflows_as_the_agent_does(
+    server: Callable[[RequestCounter], dict[str, Any]], talk: _Talk
+) -> None:
+    from fakeserver import FakeServer  # on the path since test_silent's import
+
+    from ctxbudget.providers.openai_compat import OpenAICompatibleProvider
+
+    counter = RequestCounter("qwen2.5")
+    runs = []
+    for kind in ("agent", "session"):
+        spec = server(counter)
+        max_output = spec.pop("max_output")
+        replies = spec.pop("replies", ())
+        with FakeServer(*replies, **spec) as fake:
+            provider = OpenAICompatibleProvider(
+                base_url=fake.base_url, model="my-model.gguf", api_key_env=None, window=8192
+            )
+            options: dict[str, Any] = {"window": 8192, "max_output_tokens": max_output}
+            if kind == "agent":
+                agent = Agent(provider, counter=counter, **options)
+                runs.append(_agent_run(agent, len(talk.texts), lambda turn: None, talk))
+            else:
+                session = BudgetSession(
+                    counter=counter,
+                    served_window=provider.served_window,
+                    provider_name=provider.name,
+                    base_url=provider.base_url,
+                    **options,
+                )
+                runs.append(_drive(provider, session, len(talk.texts), lambda turn: None, talk))
+    expected, got = runs
+    assert expected.overflows >= 1 and expected.window < 8192  # the case showed a window
+    assert got == expected
