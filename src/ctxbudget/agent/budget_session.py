@@ -37,6 +37,13 @@ difference is now decided here, as `Agent` decides, unless said):
 8. State: `Agent` restores from its archive's meta; the guard kept everything in memory only.
    Here `snapshot` / `apply` and `save` / `restore` through a `SessionStore`.
 
+Who drives what. The OpenAI SDK client (sync and async) and the LangChain middleware (sync and
+async) hand their send to `run` / `arun`. pydantic-ai and the Agents SDK own their send and their
+retry, so they call the steps (`prepare`, `recover`, `fail`) from their hooks. `Agent` calls the
+steps too: its send rebuilds its request after a window change, and its truncation compaction
+covers the reply it has just recorded; `tests/agent/test_budget_session.py` checks that `run`
+decides exactly as `Agent` on scripted conversations.
+
 Concurrency. Two thread locks: ``_compacting`` is held for a whole decision and compaction
 (the summary call included), so two concurrent calls never summarise the same prefix twice: the
 second waits, then finds the prefix already replaced (`_substitute`) and under the line. ``_state``
