@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,7 @@ from ctxbudget.agent.silent import (
 )
 from ctxbudget.budget.context import RequestCounterLike, UsageTrust, context_tokens
 from ctxbudget.budget.floor import check_prompt_floor, one_line
-from ctxbudget.budget.rules import Checkpoint, Policy, validate_window
+from ctxbudget.budget.rules import Checkpoint, Policy, SessionEvidence, validate_window
 from ctxbudget.errors import CompactionError, ConfigError, ContextOverflowError, ProviderError
 from ctxbudget.messages.model import Message, Request, ToolCall, ToolSpec
 from ctxbudget.providers.base import Completion, Provider
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ctxbudget.compaction.archive import Archive, ArchiveState
     from ctxbudget.compaction.strategies import CompactionResult
     from ctxbudget.compaction.summarizer import Summarizer
+    from ctxbudget.messages.usage import Usage
 
 __all__ = [
     "DEFAULT_MAX_COMPACTIONS_PER_TURN",
@@ -126,8 +127,8 @@ class Agent:
         self.compactions: list[CompactionRecord] = []
         self.overflows = 0
         self.max_request_tokens = 0
-        self.largest_reply = 0
-        """The largest reply so far: the ``ctxbudget`` rule keeps at least this much free."""
+        self.learned = SessionEvidence()
+        """The largest reply and step so far: the ``ctxbudget`` rule keeps that much free."""
         self.floor_tokens = 0
         self._turn_compactions = 0
         self._floor_checked = False
@@ -142,6 +143,11 @@ class Agent:
         """``self.messages`` was ``_root`` plus the messages ``_add`` appended since, while it
         is ``_tip``: then the next request is made by appending (``Request.append``), which
         spares the counter comparing the whole history."""
+
+    @property
+    def largest_reply(self) -> int:
+        """The largest reply so far (``learned.largest_reply``)."""
+        return self.learned.largest_reply
 
     @property
     def max_output_tokens(self) -> int:
@@ -392,7 +398,9 @@ class Agent:
         )
         reply = dataclasses.replace(completion.message, usage=usage)
         self.max_request_tokens = max(self.max_request_tokens, usage.input_tokens)
-        self.largest_reply = max(self.largest_reply, usage.output_tokens)
+        # The prompt as the rule counted it (the view is still the request sent), so the next
+        # check measures the step's growth on the same count it compares with the line.
+        self.learned = self.learned.after_call(self.context_tokens(), usage.output_tokens)
         self._add(reply)
         if self.archive is not None:
             self.archive.append_usage(usage, len(self.history) - 1)
@@ -405,7 +413,13 @@ class Agent:
         if not any(c in self.policy.checked for c in checkpoints):
             return
         tokens = self.context_tokens()
-        if not self.policy.fires_in_session(tokens, self.window, largest_reply=self.largest_reply):
+        seen = self.learned.seeing(tokens)  # the step that led here is already seen
+        if not self.policy.fires_in_session(
+            tokens,
+            self.window,
+            largest_reply=seen.largest_reply,
+            largest_growth=seen.largest_growth,
+        ):
             return
         if self._turn_compactions >= self.max_compactions_per_turn:
             self._emit("capped", tokens=tokens, cap=self.max_compactions_per_turn)
@@ -432,6 +446,7 @@ class Agent:
         )
         self.messages = result.messages
         self.compaction_id = result.compaction_id
+        self.learned = self.learned.after_compaction()  # its drop is not a step of the session
         self.compactions.append(record)
         if self.archive is not None:
             self.archive.append_compaction(result, trigger=trigger, extra={"turn": self.turn})
@@ -455,7 +470,7 @@ class Agent:
         self.overflows = overflows if isinstance(overflows, int) else 0
         self.compactions = restored_compactions(meta)
         self.max_request_tokens = max((u.input_tokens for _, u in state.usage), default=0)
-        self.largest_reply = max((u.output_tokens for _, u in state.usage), default=0)
+        self.learned = _learned_from(u for _, u in state.usage)
 
     # -- summary ---------------------------------------------------------------------------
 
@@ -474,6 +489,21 @@ class Agent:
             compactions=tuple(self.compactions),
             configured_window=self.configured_window,
         )
+
+
+def _learned_from(usages: Iterable[Usage]) -> SessionEvidence:
+    """What an archived session taught the rule: its calls' usage in order, a change of
+    compaction id between two calls being a compaction (the archive keeps no local counts, so
+    the provider's prompt sizes stand in; an all-zero report teaches nothing about growth)."""
+    learned, compaction_id = SessionEvidence(), None
+    for usage in usages:
+        if usage.compaction_id != compaction_id:
+            learned = learned.after_compaction()
+        compaction_id = usage.compaction_id
+        learned = learned.after_call(usage.input_tokens, usage.output_tokens)
+        if usage.input_tokens == 0:  # no prompt size (llama.cpp): no step to measure from it
+            learned = learned.after_compaction()
+    return learned
 
 
 def _summarizer_of(provider: Provider) -> Summarizer | None:
