@@ -11,7 +11,11 @@ non-negative linear model over ``ctxbudget.tokens.charclass.FEATURES`` (less ``D
 ``--drop`` overrides) is fitted
 to the exact counts of 3,000-character chunks of every kind of text (scripts/corpus.py), by least
 squares of the relative error (``ITERATIONS``), then scaled so the per-kind ratios sit around +2%
-(inside the -5%..+10% target). Held-out kinds (markdown) are reported, not fitted.
+(inside the -5%..+10% target). JSON of other shapes (package manifests, JSON Schema, tool-call
+arguments; pretty and minified) comes from the shipped samples of scripts/json_samples.py.
+Held-out kinds (markdown, the JSON API replies) are reported, not fitted. The corpus is read from
+this machine, so the fit is deterministic while it stays the same: calibration.json records each
+kind's digest (``corpus_sha256``) and ``--check`` names the kinds whose text has changed since.
 The generic ``ctxbudget`` model uses cl100k_base's classes (the most expensive
 vocabulary on every CJK kind) and is fitted to the largest of the three counts of each chunk, so
 it under-counts none of them. Astral characters (emoji), Indic scripts and symbols are too rare
@@ -21,6 +25,7 @@ in the corpus to fit; see FIXED_BLOCKS. Both tables and weights go to calibratio
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import sys
@@ -142,14 +147,29 @@ def vocabulary_classes(name: str) -> bytes:
 
 
 def _samples(chars: int, kinds: tuple[str, ...]) -> list[tuple[str, str]]:
+    """3,000-character chunks of each kind: of this machine's corpus (``scripts/corpus.py``,
+    ``chars`` per kind), or for the JSON shapes, of the shipped sample."""
     out: list[tuple[str, str]] = []
     for kind in kinds:
-        if kind in json_samples.JSON_KINDS:  # the shipped sample, whatever ``chars``
+        if kind in json_samples.JSON_KINDS:
             text = (SHIPPED / f"{kind}.txt").read_text(encoding="utf-8")
         else:
             text = corpus.build(kind, chars)
         out += [(kind, c) for c in corpus.chunks(text) if len(c) > 500]
     return out
+
+
+def corpus_digests(samples: list[tuple[str, str]]) -> dict[str, str]:
+    """Per fitted kind, the SHA-256 of its chunks: the same digests, the same weights. The corpus
+    is read from this machine (packages installed later add catalogues and files to it), so
+    ``--check`` names the kinds whose text is no longer what the shipped weights were fitted to."""
+    texts: dict[str, list[str]] = {}
+    for kind, chunk in samples:
+        texts.setdefault(kind, []).append(chunk)
+    return {
+        kind: hashlib.sha256("".join(chunks).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        for kind, chunks in texts.items()
+    }
 
 
 def row_weights(kinds: np.ndarray) -> np.ndarray:
@@ -263,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fit-held-out",
         action="store_true",
-        help="trial: fit the held-out kinds (markdown) too; print the ratios, write nothing",
+        help="trial: fit the held-out kinds (markdown, JSON API replies) too; write nothing",
     )
     parser.add_argument(
         "--drop",
@@ -283,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         current = json.loads(TABLE.read_text())
         shipped = {n: CodepointTable(unpack_classes(current["tables"][n])) for n in TOKENIZERS}
         report(current["weights"], shipped, samples + held_out)
+        fitted_on = current.get("corpus_sha256", {})
+        if moved := [k for k, d in corpus_digests(samples).items() if fitted_on.get(k) != d]:
+            print(f"this machine's corpus differs from the fitted one in: {', '.join(moved)}")
         return 0
     letters = {n: vocabulary_classes(n) for n in TOKENIZERS}
     classes = {n: CodepointTable(v) for n, v in letters.items()}
@@ -309,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         "features": list(FEATURES),
         "dropped": list(dropped),
         "corpus_chars_per_kind": args.chars,
+        "corpus_sha256": corpus_digests(samples),
         "table_of": {m: table_of(m) for m in table},
         "tables": {n: pack_classes(v) for n, v in letters.items()},
         "weights": table,
