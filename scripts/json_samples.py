@@ -287,6 +287,8 @@ def build(kind: str, limit: int = SAMPLE_CHARS) -> str:
         "tool_args": tool_arguments,
         "api": api_responses,
     }[shape]()
+    if not documents:  # e.g. no npm here: never write an empty sample over a real one
+        raise SystemExit(f"{kind}: no documents found; see scripts/json_samples.py for sources")
     write = _pretty if form == "pretty" else _minified
     return _take([write(d) for d in documents], limit)
 

@@ -66,20 +66,22 @@ def test_shipped_corpus_is_there_and_real_sized() -> None:
 
 @pytest.mark.parametrize("kind", JSON_KINDS)
 def test_json_samples_are_json_documents_in_their_form(kind: str) -> None:
-    # A minified sample is one document per line; a pretty one is indented, one key per line.
+    # Each sample is whole JSON documents, each written exactly as its form says: minified one
+    # per line (no space after "," or ":"), pretty-printed with an indent of 2.
     text = _text(kind)
-    if kind.endswith("_min"):
-        documents = text.splitlines()
-        assert all(json.loads(d) is not None and "\n" not in d for d in documents), kind
-    else:
-        decoder = json.JSONDecoder()
-        position, documents = 0, []
-        while position < len(text):
-            document, position = decoder.raw_decode(text, position)
-            documents.append(document)
-            position += 1  # the newline after each
-        assert text.count("\n  ") > len(documents), kind
+    decoder = json.JSONDecoder()
+    position, documents = 0, []
+    while position < len(text):
+        document, end = decoder.raw_decode(text, position)
+        documents.append((document, text[position:end]))
+        position = end + 1  # the newline after each
     assert len(documents) >= 10, kind
+    for document, written in documents:
+        if kind.endswith("_min"):
+            expected = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+        else:
+            expected = json.dumps(document, indent=2, ensure_ascii=False)
+        assert written == expected, kind
 
 
 @pytest.mark.parametrize("kind", KINDS)
