@@ -9,9 +9,11 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -176,14 +178,66 @@ def replay_many(
         for n, job in enumerate(jobs):
             _record(n, _attempt(job), results, on_done)
     else:
-        # One task per worker at a time keeps memory to a session per process.
-        with ProcessPoolExecutor(max_workers=workers, max_tasks_per_child=50) as pool:
-            futures = {pool.submit(_attempt, job): n for n, job in enumerate(jobs)}
-            for future in as_completed(futures):
-                _record(futures[future], future.result(), results, on_done)
+        for n, outcome in _in_pool(jobs, workers):
+            _record(n, outcome, results, on_done)
     for n in range(len(jobs)):
         if n in results:
             yield results[n]
+
+
+QUEUED_PER_WORKER = 2
+"""Jobs handed to the pool per worker at a time: enough to keep each busy, few enough that an
+interrupted run has almost nothing queued to cancel."""
+
+
+def _in_pool(jobs: Sequence[Job], workers: int) -> Iterator[tuple[int, SessionSummary | str]]:
+    """(index, outcome) of each job as the workers finish them.
+
+    The workers live as long as the pool: a pool whose workers retire after N tasks
+    (``max_tasks_per_child``) stops starting new ones once they have all retired while jobs
+    are still queued, and the run hangs (CPython gh-115634, Python 3.11 to 3.13). A run that
+    ends early (an interrupt, a signal, an error) cancels what is queued and stops the workers.
+    """
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_signals)
+    finished = False
+    try:
+        waiting = iter(enumerate(jobs))
+        running: dict[Future[SessionSummary | str], int] = {}
+        for n, job in islice(waiting, QUEUED_PER_WORKER * workers):
+            running[pool.submit(_attempt, job)] = n
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                n = running.pop(future)
+                for m, job in islice(waiting, 1):
+                    running[pool.submit(_attempt, job)] = m
+                yield n, future.result()
+        finished = True
+    finally:
+        if finished:
+            pool.shutdown(wait=True)
+        else:
+            _stop(pool)
+
+
+def _worker_signals() -> None:
+    """A worker leaves Ctrl-C to the parent, which stops it, and ends on SIGTERM, whatever
+    handler it inherited from the parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel the queued jobs and end the workers now, mid-session included: the run is over."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    # Python 3.14 has terminate_workers(); before it, the pool's processes are only reachable
+    # through its private table.
+    processes: dict[int, Any] = getattr(pool, "_processes", None) or {}
+    for process in list(processes.values()):
+        process.terminate()
+    for process in list(processes.values()):
+        process.join(timeout=5)
 
 
 def _attempt(job: Job) -> SessionSummary | str:
