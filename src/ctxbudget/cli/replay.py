@@ -76,11 +76,11 @@ def _run(
 
 
 def _session_files(paths: tuple[str, ...], scan: bool) -> list[str]:
-    from ctxbudget.replay.corpus import find_sessions, scan_roots
+    from ctxbudget.replay.corpus import find_sessions, has_wildcard, scan_roots
 
     if not paths and not scan:
         raise ConfigError("give a session file, a folder or a glob, or --scan")
-    if len(paths) == 1 and not scan and not os.path.isdir(paths[0]) and not _globby(paths[0]):
+    if len(paths) == 1 and not scan and not os.path.isdir(paths[0]) and not has_wildcard(paths[0]):
         return [paths[0]]  # one file: its own errors (no such file, ...) say what is wrong
     roots = [str(r) for r in scan_roots()] if scan else []
     if scan and not roots:
@@ -94,10 +94,6 @@ def _session_files(paths: tuple[str, ...], scan: bool) -> list[str]:
     for warning in missing:
         click.echo(f"warning: {warning}", err=True)
     return [str(f) for f in found]
-
-
-def _globby(text: str) -> bool:
-    return any(c in text for c in "*?[")
 
 
 def _size(path: str) -> int:

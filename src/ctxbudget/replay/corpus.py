@@ -6,7 +6,6 @@ parent's memory does not grow with the sessions' sizes.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import signal
@@ -49,26 +48,66 @@ def scan_roots(env: Mapping[str, str] | None = None) -> list[Path]:
 
 def find_sessions(paths: Iterable[str]) -> tuple[list[Path], list[str]]:
     """Files named directly, the session files under folders (recursively), glob matches; and
-    a warning for each path that matched nothing."""
+    a warning for each path that matched nothing.
+
+    A file reached twice (named twice, relative and absolute, through a link or a hard link) is
+    listed once, where first met. Links to folders are not followed inside a folder or a
+    ``**``, so a link to a parent folder cannot repeat the sessions or make the walk endless.
+    """
     found: list[Path] = []
+    seen: set[tuple[int, int]] = set()
     missing: list[str] = []
     for text in paths:
-        matches = [Path(m) for m in sorted(glob.glob(text, recursive=True))] or [Path(text)]
         hit = False
-        for path in matches:
-            if path.is_dir():
-                for sub in sorted(path.rglob("*")):
-                    if sub.is_file() and sub.name.endswith(SESSION_SUFFIXES):
-                        found.append(sub)
-                        hit = True
-            elif path.exists():
-                found.append(path)
+        for path in _matches(text):
+            for file in _files(path):
                 hit = True
+                identity = _identity(file)
+                if identity not in seen:
+                    seen.add(identity)
+                    found.append(file)
         if not hit:
             missing.append(f"{text}: no such file or folder, or no session file (*.jsonl, "
                            "*.traj.json) in it")  # fmt: skip
-    unique = list(dict.fromkeys(found))
-    return unique, missing
+    return found, missing
+
+
+def _matches(text: str) -> list[Path]:
+    """The paths a glob matches, sorted (pathlib's glob: a ``**`` does not descend into links to
+    folders, where `glob.glob` follows a link to ``.`` until the path is too long, and two such
+    links double the walk at each level); a path without wildcards as it is."""
+    parts = Path(text).parts
+    first = next((i for i, part in enumerate(parts) if has_wildcard(part)), None)
+    if first is None:
+        return [Path(text)]
+    root = Path(*parts[:first]) if first else Path()
+    return sorted(root.glob("/".join(parts[first:])))
+
+
+def has_wildcard(text: str) -> bool:
+    """True when ``text`` holds a glob wildcard (``*``, ``?``, ``[``)."""
+    return any(c in text for c in "*?[")
+
+
+def _files(path: Path) -> list[Path]:
+    """``path`` if it is a file, the session files under it if it is a folder (links to folders
+    inside it not followed: pathlib's rglob), else nothing."""
+    if path.is_dir():
+        return [
+            sub
+            for sub in sorted(path.rglob("*"))
+            if sub.name.endswith(SESSION_SUFFIXES) and sub.is_file()
+        ]
+    return [path] if path.exists() else []
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    """The file itself (device, inode), whatever path reaches it."""
+    try:
+        info = path.stat()
+    except OSError:  # gone or unreadable since it was listed: its replay will say so
+        return -1, hash(str(path.absolute()))
+    return info.st_dev, info.st_ino
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
