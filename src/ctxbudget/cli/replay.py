@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 from rich.table import Table
 
+from ctxbudget.budget.rules import validate_window
 from ctxbudget.errors import ConfigError
 from ctxbudget.replay.analyze import ReplayResult, replay_file, write_json
 from ctxbudget.replay.replay import WindowReplay, recorded_compactions
@@ -309,6 +310,7 @@ def replay_command(
     table per session and an aggregate per rule.
     """
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s", stream=sys.stderr)
+    windows = tuple(validate_window(w, "--window") for w in windows)  # before any file is read
     params = dict(_param(p) for p in param_texts)
     files = _session_files(paths, scan)
     if len(files) != 1 or scan or len(paths) != 1 or os.path.isdir(paths[0]):
