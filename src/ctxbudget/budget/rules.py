@@ -19,6 +19,7 @@ __all__ = [
     "LEARNED_GROWTH_SHARE",
     "LEARNED_REPLY_FLOOR",
     "LEARNED_REPLY_SHARE",
+    "MAX_WINDOW",
     "POLICY_NAMES",
     "REPLY_RESERVE_CAP",
     "Checkpoint",
@@ -127,20 +128,39 @@ class SessionEvidence:
         return dataclasses.replace(self, last_prompt=None)
 
 
-def validate_window(window: object, what: str = "window") -> int:
-    """``window`` as a positive int; anything else raises `InvalidWindowError`."""
+MAX_WINDOW = 100_000_000
+"""The largest window accepted: 100M tokens, ten times the largest on offer (Llama 4 Scout's
+10M). A larger number is a typo or a corrupt file, and replay keeps counts as 8-byte integers."""
+
+
+def validate_window(
+    window: object, what: str = "window", *, fix: str = "pass the model's context length"
+) -> int:
+    """``window`` as an int in 1..`MAX_WINDOW`; anything else raises `InvalidWindowError`, whose
+    message names ``what`` and says how to ``fix`` it."""
     if isinstance(window, bool) or not isinstance(window, int | float):
         raise InvalidWindowError(
             f"{what} must be a positive integer number of tokens, got {type(window).__name__} "
-            f"{window!r}"
+            f"{_shown(window)}; {fix}"
         )
     if isinstance(window, float) and not (math.isfinite(window) and window.is_integer()):
-        raise InvalidWindowError(f"{what} must be a whole number of tokens, got {window!r}")
+        raise InvalidWindowError(f"{what} must be a whole number of tokens, got {window!r}; {fix}")
     if window <= 0:
+        raise InvalidWindowError(f"{what} must be positive, got {_shown(int(window))}; {fix}")
+    if window > MAX_WINDOW:
         raise InvalidWindowError(
-            f"{what} must be positive, got {int(window)}; pass the model's context length"
+            f"{what} must be at most {MAX_WINDOW:,} tokens, got {_shown(window)}; {fix}"
         )
     return int(window)
+
+
+def _shown(value: object) -> str:
+    """``value`` as a message quotes it: a huge integer by its size (its digits could run to
+    pages, and Python refuses to print more than 4,300 of them), anything else cut short."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length():,} bits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
 
 
 def _tokens(value: object, what: str, *, allow_none: bool = False) -> None:
