@@ -168,7 +168,8 @@ class ContextBudgetOpenAI:
         items = [as_item(given)] if isinstance(given, str) else [api.item(m) for m in given]
         full = translate(items, api.read)
         view = translate(conversation.substitution.apply(full), api.read)
-        # Empty instructions are none (the SDKs drop them); an empty system message is kept.
+        # Empty instructions add no system message (vLLM's Responses server, the Agents SDK);
+        # an empty system message in the list is one, kept.
         system = join_system((kwargs.get("instructions") or None, view.system))
         request = Request(
             system=system,
