@@ -72,7 +72,8 @@ def _default_counter(name: str) -> RequestCounterLike:
 class Agent:
     """One chat session on a `Provider`, kept inside the window by a trigger rule.
 
-    ``window`` defaults to the provider's. ``policy`` is a rule name (``ctxbudget`` by default)
+    ``system`` is the system prompt (None: none; ``""`` an empty system message). ``window``
+    defaults to the provider's. ``policy`` is a rule name (``ctxbudget`` by default)
     or a `Policy`. ``tools`` are executed by ``tool_executor``. Events go to ``on_event`` and,
     with the messages, usage and compactions, to ``archive``.
     """
@@ -81,7 +82,7 @@ class Agent:
         self,
         provider: Provider,
         *,
-        system: str = "",
+        system: str | None = None,
         tools: Sequence[ToolSpec] = (),
         window: int | None = None,
         policy: str | Policy = "ctxbudget",
