@@ -1,5 +1,6 @@
 """Compiling a chat template is bounded: its length, its parse tree's size and depth are checked
-before it compiles, and nothing of it runs while it compiles (issue 26, item 7)."""
+before it compiles, and nothing of it runs while it compiles (issue 26, item 7). Numbers for the
+limits: src/ctxbudget/counting/sandbox.py (MAX_TEMPLATE_CHARS, _NODES, _DEPTH)."""
 
 from __future__ import annotations
 
@@ -112,6 +113,19 @@ def test_a_compile_error_names_pythons_limit_in_one_line() -> None:
     # 30 nested loops are within MAX_TEMPLATE_DEPTH but over Python's 20 nested blocks.
     nested = "{% for a in x %}" * 30 + "{% endfor %}" * 30
     refused(nested, "does not compile: SyntaxError: too many statically nested blocks")
+
+
+def test_running_out_of_memory_while_compiling_is_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ctxbudget.counting.hf import environment
+
+    def exhausted(source: str) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(environment(), "parse", exhausted)
+    message = refused("{{ 'out of memory' }}", "ran out of memory compiling its 21 characters")
+    assert f"at most {MAX_TEMPLATE_CHARS:,}" in message and "shorten it" in message
 
 
 def test_a_big_chat_template_file_is_refused_unread(tmp_path: Path) -> None:
