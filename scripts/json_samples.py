@@ -17,6 +17,12 @@ characters each at most, one JSON document per line (minified) or per block (pre
 - tool_args: the arguments of every tool call recorded in the MIT-licensed traces of
              ``tests/data/traces`` (Claude Code ``tool_use`` inputs, Codex ``function_call``
              arguments), in recorded order.
+- records  : record-shaped data (arrays of small objects with short string values, like a code
+             table or a CSV export): pages of ``RECORDS_PER_PAGE`` records, in turn the time zones
+             of tzdata's ``zone1970.tab`` with their countries' names from ``iso3166.tab`` (the
+             ``tzdata`` package in site-packages; the tables are public domain) and the
+             characters U+0020..U+1FFF, every ``CHAR_STRIDE``-th, with their ``unicodedata``
+             name, category, bidi class and East Asian width (Python's own Unicode database).
 - api      : API replies: the Anthropic Messages responses Claude Code recorded (its trace's
              ``message`` objects, as received), and OpenAI Chat Completions / Responses objects
              built around each Codex turn (its real text, tool calls and ``last_token_usage``);
@@ -34,6 +40,7 @@ import random
 import string
 import sys
 import sysconfig
+import unicodedata
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -53,13 +60,16 @@ SCHEMA_FILES = (
     "jsonschema/benchmarks/issue232/issue.json",
 )
 LICENCES = ("MIT", "ISC", "BSD-2-Clause", "BSD-3-Clause", "Apache-2.0", "BlueOak-1.0.0")
-SHAPES = ("manifest", "schema", "tool_args", "api")
+TZ_TABLES = SITE / "tzdata" / "zoneinfo"
+SHAPES = ("manifest", "schema", "tool_args", "records", "api")
 FORMS = ("pretty", "min")
 JSON_KINDS = tuple(f"json_{shape}_{form}" for shape in SHAPES for form in FORMS)
 """The kinds this script writes, in the order the tests and the bench report them."""
 SAMPLE_CHARS = 24_000
 MANIFEST_STRIDE = 3
 PIECE_CHARS = 3000
+RECORDS_PER_PAGE = 8
+CHAR_STRIDE = 7
 SEED = 30  # issue 30: the generated ids are the same on every run
 
 
@@ -129,6 +139,59 @@ def tool_arguments() -> list[object]:
         if record["type"] == "response_item" and payload.get("type") == "function_call":
             found.append(json.loads(payload["arguments"]))
     return found
+
+
+def _tab(name: str) -> list[list[str]]:
+    """The rows of one of tzdata's tab-separated tables, comments left out."""
+    text = (TZ_TABLES / name).read_text(encoding="utf-8")
+    return [line.split("\t") for line in text.splitlines() if line and not line.startswith("#")]
+
+
+def _zone_records() -> list[dict[str, object]]:
+    """One record per time zone of zone1970.tab, its countries named as iso3166.tab names them."""
+    countries = dict(_tab("iso3166.tab"))
+    records: list[dict[str, object]] = []
+    for codes, coordinates, zone, *comment in _tab("zone1970.tab"):
+        records.append(
+            {
+                "zone": zone,
+                "country_codes": codes.split(","),
+                "countries": [countries[c] for c in codes.split(",")],
+                "coordinates": coordinates,
+                "comment": comment[0] if comment else None,
+            }
+        )
+    return records
+
+
+def _character_records() -> list[dict[str, object]]:
+    """One record per named character of U+0020..U+1FFF, every ``CHAR_STRIDE``-th."""
+    records: list[dict[str, object]] = []
+    for point in range(0x20, 0x2000, CHAR_STRIDE):
+        char = chr(point)
+        if name := unicodedata.name(char, ""):
+            records.append(
+                {
+                    "code_point": f"U+{point:04X}",
+                    "name": name,
+                    "category": unicodedata.category(char),
+                    "bidi": unicodedata.bidirectional(char),
+                    "east_asian_width": unicodedata.east_asian_width(char),
+                }
+            )
+    return records
+
+
+def records() -> list[object]:
+    """Pages of ``RECORDS_PER_PAGE`` records: zone pages and character pages in turn."""
+    pages: list[list[list[dict[str, object]]]] = []
+    for table in (_zone_records(), _character_records()):
+        n = RECORDS_PER_PAGE
+        pages.append([table[i : i + n] for i in range(0, len(table), n)])
+    mixed: list[object] = []
+    for i in range(max(map(len, pages))):
+        mixed += [p[i] for p in pages if i < len(p)]
+    return mixed
 
 
 def _token(rng: random.Random, size: int, alphabet: str) -> str:
@@ -285,6 +348,7 @@ def build(kind: str, limit: int = SAMPLE_CHARS) -> str:
         "manifest": manifests,
         "schema": schemas,
         "tool_args": tool_arguments,
+        "records": records,
         "api": api_responses,
     }[shape]()
     if not documents:  # e.g. no npm here: never write an empty sample over a real one

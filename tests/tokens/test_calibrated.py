@@ -42,7 +42,8 @@ CALIBRATION = REPO / "src" / "ctxbudget" / "tokens" / "calibration.json"
 # markdown is held out of the fit (scripts/corpus.py HELD_OUT_KINDS) and held to the same bands:
 # it checks the weights on text they were not fitted to. So are the JSON API replies
 # (scripts/fit_estimators.py JSON_HELD_OUT); the other JSON shapes (issue 30: package manifests,
-# JSON Schema, tool-call arguments, each pretty and minified) are fitted.
+# JSON Schema, tool-call arguments, records: arrays of small objects with short values, each
+# pretty and minified) are fitted. The records samples read 0.90-0.95 before they were.
 KINDS = (*SHIPPED_KINDS, *JSON_KINDS)
 TOKENIZERS = ("cl100k_base", "o200k_base", "qwen3")
 
