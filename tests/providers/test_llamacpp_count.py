@@ -60,8 +60,13 @@ def test_the_total_is_the_servers_render_tokenised_as_a_completion_is() -> None:
     with FakeServer(responder=llama_like) as fake:
         counter = LlamaCppCounter(fake.base_url)  # the /v1 URL: the routes are at the root
         assert counter.count_tokens(_request()) == 1 + len(_render(_body()).split())
-    render, tokenize = fake.requests
-    assert (render.path, tokenize.path) == ("/apply-template", "/tokenize")
+    one_call, render, tokenize = fake.requests
+    # this server has no one-call count (404): the two routes
+    assert [one_call.path, render.path, tokenize.path] == [
+        "/v1/chat/completions/input_tokens",
+        "/apply-template",
+        "/tokenize",
+    ]
     assert render.json() == _body()  # the request as it is sent, less model and max_tokens
     assert tokenize.json() == {
         "content": _render(_body()),
@@ -119,9 +124,36 @@ def test_a_template_that_cannot_render_the_head_alone_lends_it_to_the_first_mess
     assert tuple(count.per_message) == (5,)
 
 
+def counting_llama(recorded: Recorded) -> Reply:
+    """A recent llama-server: its one-call count of a chat request as well."""
+    if recorded.path == "/v1/chat/completions/input_tokens":
+        return Reply(body={"input_tokens": 1 + len(_render(recorded.json()).split())})
+    return llama_like(recorded)
+
+
+def test_a_server_that_counts_in_one_call_is_asked_once_a_count() -> None:
+    with FakeServer(responder=counting_llama) as fake:
+        counter = LlamaCppCounter(fake.base_url)
+        one = [counter.count_tokens(_request()) for _ in range(3)]
+        assert [r.path for r in fake.requests] == ["/v1/chat/completions/input_tokens"] * 3
+        assert fake.requests[0].json() == _body()
+        two = LlamaCppCounter(fake.base_url, one_call=False).count_tokens(_request())
+        assert [r.path for r in fake.requests[3:]] == ["/apply-template", "/tokenize"]
+    assert one == [two] * 3
+
+
+def test_a_failing_one_call_count_is_not_hidden_by_the_two_routes() -> None:
+    refusal = {"code": 500, "message": "tools param requires --jinja flag", "type": "server_error"}
+    with FakeServer(Reply(status=500, body={"error": refusal})) as fake:
+        with pytest.raises(ProviderError) as caught:
+            LlamaCppCounter(fake.base_url).count_tokens(_request())
+        assert len(fake.requests) == 1
+    assert "/v1/chat/completions/input_tokens answered HTTP 500" in str(caught.value)
+
+
 def _error(reply: Reply) -> str:
     with FakeServer(reply) as fake, pytest.raises(ProviderError) as caught:
-        LlamaCppCounter(fake.base_url).count_tokens(_request())
+        LlamaCppCounter(fake.base_url, one_call=False).count_tokens(_request())
     return str(caught.value)
 
 

@@ -5,19 +5,21 @@ apart from transformers' (see ``test_smollm3_tools_print_apart_from_transformers
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import random
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from llama_harness import LlamaServer
-from test_count import generated_request
+from test_count import TOOLS, generated_request
 
 from ctxbudget.cli.request import request_command
 from ctxbudget.counting import RequestCounter
 from ctxbudget.counting.hf import load_folder_template, render_template
 from ctxbudget.counting.template_input import template_messages, template_tools
-from ctxbudget.messages.model import Request
+from ctxbudget.messages.model import Request, ToolSpec
 from ctxbudget.messages.openai import request_to_openai
 from ctxbudget.providers.llamacpp_count import LlamaCppCounter
 from ctxbudget.providers.openai_compat import OpenAICompatibleProvider
@@ -27,16 +29,64 @@ pytestmark = pytest.mark.server
 WITH_TOOLS = 24
 """Generated requests with tools sent to the SmolLM3 server (the issue saw 7 of 12 apart)."""
 
+# Tools as real ones are written: a description over two lines, a Windows path, both quotes, a
+# tab, a no-break space, a float in a schema. Each prints apart under ``tool | string``.
+PRINTED_APART = (
+    ToolSpec(
+        name="run_shell",
+        description="Run a shell command.\nOutput over 10 KB is cut.",
+        parameters={"type": "object", "properties": {"cmd": {"type": "string"}}},
+    ),
+    ToolSpec(
+        name="write_file",
+        description="Write a file; Windows paths (C:\\work\\out.txt) work.",
+        parameters={
+            "type": "object",
+            "properties": {"mode": {"type": "string", "description": "'w' or \"a\"\tonly"}},
+        },
+    ),
+    ToolSpec(
+        name="sample",
+        description="Sample with a temperature\u00a0(0-2).",
+        parameters={"type": "number", "minimum": 0.0, "maximum": 2.0, "default": 1e-05},
+    ),
+)
+POOL = (*TOOLS, *PRINTED_APART)
+
 
 def _with_tools(count: int) -> list[Request]:
+    """The generated requests that carry tools, each with 1-3 tools drawn from ``POOL``."""
     out = []
     seed = 0
     while len(out) < count:
         request = generated_request(seed)
         if request.tools:
-            out.append(request)
+            tools = random.Random(seed).sample(POOL, random.Random(-seed).randint(1, 3))
+            out.append(dataclasses.replace(request, tools=tuple(tools)))
         seed += 1
     return out
+
+
+def llamacpp_repr(value: object) -> str:
+    """How llama.cpp's Jinja engine prints a value inside a mapping or list under ``| string``
+    (common/jinja/value.cpp ``value_to_string_repr``; value.h ``value_object_t::as_string``,
+    ``value_array_t::as_string``, ``value_float_t::as_string``): a string with no ``'`` between
+    single quotes, unescaped; one with ``'`` as JSON (only ``"``, ``\\`` and control characters
+    escaped); a float as C++ ``std::to_string`` with trailing zeros cut; the rest as Python."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False) if "'" in value else f"'{value}'"
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ", ".join(f"{llamacpp_repr(k)}: {llamacpp_repr(v)}" for k, v in value.items())
+            + "}"
+        )
+    if isinstance(value, list):
+        return "[" + ", ".join(llamacpp_repr(v) for v in value) + "]"
+    if isinstance(value, float):
+        fixed = f"{value:f}".rstrip("0")
+        return fixed + "0" if fixed.endswith(".") else fixed
+    return repr(value)
 
 
 def _prompt_tokens(server: LlamaServer, requests: list[Request]) -> list[int]:
@@ -53,12 +103,18 @@ def smollm3_served(smollm3_server: LlamaServer) -> list[tuple[Request, int]]:
 def test_smollm3_with_tools_the_server_count_equals_prompt_tokens(
     smollm3_server: LlamaServer, smollm3_served: list[tuple[Request, int]]
 ) -> None:
-    counter = LlamaCppCounter(smollm3_server.base_url)
-    wrong = [(i, real, ours, whole.total) for i, (sent, real) in enumerate(smollm3_served)
-             if (ours := counter.count_tokens(sent)) != real
-             or (whole := counter.count(sent)).total != real]  # fmt: skip
+    """Through the server's one-call count, through /apply-template + /tokenize, and as the
+    total of the breakdown (whose parts add up to it)."""
+    one_call = LlamaCppCounter(smollm3_server.base_url)
+    two_routes = LlamaCppCounter(smollm3_server.base_url, one_call=False)
+    wrong = []
+    for i, (sent, real) in enumerate(smollm3_served):
+        whole = one_call.count(sent)
+        counts = (one_call.count_tokens(sent), two_routes.count_tokens(sent), whole.total)
+        if counts != (real,) * 3 or sum(whole.per_message) != whole.messages:
+            wrong.append((i, real, counts))
     assert len(smollm3_served) >= 12
-    assert wrong == [], f"{len(wrong)} of {len(smollm3_served)} differ (i, server, count, count())"
+    assert wrong == [], f"{len(wrong)} of {len(smollm3_served)} differ (i, server, counts)"
 
 
 def test_smollm3_with_tools_the_hf_count_is_transformers_not_the_server(
@@ -66,40 +122,40 @@ def test_smollm3_with_tools_the_hf_count_is_transformers_not_the_server(
     smollm3_folder: Path,
     smollm3_served: list[tuple[Request, int]],
 ) -> None:
-    """Why a llama.cpp upstream needs its own count: the folder's count (transformers'
-    render) is below the server's on some requests with tools, never above."""
+    """Why a llama.cpp upstream needs its own count: the folder's count (transformers' render)
+    is off the server's on the requests whose tools print apart, above it where Python escapes
+    more (a newline, a backslash) and below where llama.cpp's JSON quoting does."""
     counting = RequestCounter(f"hf:{smollm3_folder}")
-    apart = [real - counting.count(sent).total for sent, real in smollm3_served]
-    assert any(apart), "the SmolLM3 template now renders alike in llama.cpp: update the README"
-    assert min(apart) >= 0, apart
+    over = [counting.count(sent).total - real for sent, real in smollm3_served]
+    assert any(over), "the SmolLM3 tools now render alike in llama.cpp: update the README"
 
 
 def test_smollm3_tools_print_apart_from_transformers(
     smollm3_server: LlamaServer, smollm3_folder: Path
 ) -> None:
-    """The one construct that renders apart: ``(tool | string)`` on a mapping. Python prints a
-    str's repr (``'it\\'s'`` or ``"it's"``, escapes such as ``\\n``); llama.cpp's engine
-    (``value_to_string_repr`` in common/jinja/value.cpp, used by ``value_object_t::as_string``)
-    writes a string with no ``'`` between single quotes unescaped, and one with ``'`` as JSON."""
+    """The one construct that renders apart: ``(tool | string)`` on a mapping. Python's Jinja
+    prints ``str(dict)``, a string's repr in it (escapes such as ``\\n``, ``\\\\``, ``\\xa0``;
+    ``'it\\'s "x"'``); llama.cpp prints ``llamacpp_repr`` (above). All else renders alike."""
     counter = LlamaCppCounter(smollm3_server.base_url)
     template = load_folder_template(str(smollm3_folder))
+    apart = 0
     for request in _with_tools(WITH_TOOLS):
+        tools = template_tools(request)
+        assert tools is not None
         ours = render_template(
             template.source(tools=True),
             template_messages(request),
-            tools=template_tools(request),
+            tools=tools,
             add_generation_prompt=True,
             **dict(template.variables),
         )
         theirs = counter.prompt(request)
-        if ours != theirs:
-            break
-    else:
-        pytest.fail("no request rendered apart")
-    tools_ours = ours[ours.index("<tools>") : ours.index("</tools>")]
-    tools_theirs = theirs[theirs.index("<tools>") : theirs.index("</tools>")]
-    assert tools_ours != tools_theirs
-    assert ours.replace(tools_ours, tools_theirs) == theirs  # nothing else differs
+        python_lines = "".join(f"{tool}\n" for tool in tools)
+        llamacpp_lines = "".join(f"{llamacpp_repr(tool)}\n" for tool in tools)
+        assert python_lines in ours
+        assert ours.replace(python_lines, llamacpp_lines) == theirs
+        apart += ours != theirs
+    assert apart > 0
 
 
 def test_qwen_the_server_count_equals_prompt_tokens(qwen_server: LlamaServer) -> None:

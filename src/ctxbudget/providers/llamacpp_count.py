@@ -8,7 +8,9 @@ server: ``POST /apply-template`` renders the request with the GGUF's own templat
 the chat-completions parse without the inference, ``server-context.cpp`` ``post_apply_template``),
 and ``POST /tokenize`` with ``add_special`` and ``parse_special`` tokenises it as a completion
 does (``handle_completions_impl``: ``tokenize_input_prompts(..., true, true)``, BOS included
-when the GGUF asks for one). The sum equals ``usage.prompt_tokens``, with no local files.
+when the GGUF asks for one). The count equals ``usage.prompt_tokens``, with no local files. A
+recent server does both in one call, ``POST /v1/chat/completions/input_tokens``
+(``handle_count_tokens``); it is asked first, and the two routes are the fallback.
 
 HTTP goes through the providers' transport (`ctxbudget.providers.transport`): a deadline per
 count, capped bodies, no retries (a count is cheap to ask again; a failing server is reported).
@@ -50,6 +52,9 @@ DEFAULT_MAX_REPLY_BYTES = 64 * 1024 * 1024
 MAX_CACHED_PREFIXES = 4096
 """Prefix counts kept for breakdowns (``count``): an agent loop re-asks only its new messages."""
 
+INPUT_TOKENS_ROUTE = "/v1/chat/completions/input_tokens"
+"""A recent llama-server's own count of a chat request (``handle_count_tokens``: the same parse,
+render and ``tokenize_mixed(prompt, true, true)`` as a completion), in one call."""
 _MISSING_ROUTE = (404, 405, 501)
 _NEEDS_JINJA = "requires --jinja"
 
@@ -58,7 +63,9 @@ class LlamaCppCounter:
     """Counts requests by asking a llama.cpp server (``llama-server --jinja``) to render and
     tokenise them: exact for any GGUF the server runs, with no local tokenizer or template.
 
-    ``count_tokens(request)`` is what the server's ``usage.prompt_tokens`` will be (two calls).
+    ``count_tokens(request)`` is what the server's ``usage.prompt_tokens`` will be: one call to
+    ``/v1/chat/completions/input_tokens`` where the server has it, else ``/apply-template`` and
+    ``/tokenize`` (an older server; found on the first count; ``one_call=False`` always uses them).
     ``count(request)`` is the same total with a breakdown (``RequestCounterLike``, so it can
     stand wherever the budget code takes a counter): each message owns what the prompt grows by
     when it is added, so ``sum(per_message[i + 1:])`` is exactly what follows message ``i``. The
@@ -79,6 +86,7 @@ class LlamaCppCounter:
         timeout: float = DEFAULT_COUNT_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+        one_call: bool = True,
     ) -> None:
         url = checked_url(base_url)
         self.base_url = url[: -len("/v1")] if url.endswith("/v1") else url
@@ -88,6 +96,8 @@ class LlamaCppCounter:
         self._secrets = url_secrets(base_url)
         self._client = http_client(checked_bytes(max_reply_bytes, "max_reply_bytes"))
         self._prefixes: OrderedDict[bytes, int] = OrderedDict()
+        self._one_call: bool | None = None if one_call else False
+        """Whether the server counts in one call: unknown (None) until it answers."""
 
     def __repr__(self) -> str:
         return f"LlamaCppCounter({public_url(self.base_url)!r})"
@@ -106,7 +116,7 @@ class LlamaCppCounter:
     def count_tokens(self, request: Request) -> int:
         """The server's ``usage.prompt_tokens`` for ``request``: its render, tokenised."""
         with deadline_scope(self._timeout):
-            return self._tokens(self._render(_body(request)))
+            return self._total(_body(request))
 
     def count(self, request: Request) -> RequestCount:
         """The server's count of ``request`` (``kind="exact"``) with a breakdown by growth."""
@@ -114,7 +124,7 @@ class LlamaCppCounter:
         messages: list[dict[str, Any]] = body["messages"]
         system = 1 if request.system else 0
         with deadline_scope(self._timeout):
-            total = self._tokens(self._render(body))
+            total = self._total(body)
             head = self._head(body, messages[:system], with_tools=True)
             bare = self._head(body, messages[:system], with_tools=False) if request.tools else head
             grown = [head]
@@ -150,7 +160,7 @@ class LlamaCppCounter:
         if cached is not None:
             return cached
         try:
-            tokens = self._tokens(self._render({**part, "messages": head}, generation=False))
+            tokens = self._total({**part, "messages": head}, generation=False)
         except ProviderError as err:
             if err.status is None or err.status in _MISSING_ROUTE:
                 raise
@@ -166,7 +176,7 @@ class LlamaCppCounter:
             self._prefixes.move_to_end(key)
             return cached
         try:
-            tokens = self._tokens(self._render({**body, "messages": messages}, generation=False))
+            tokens = self._total({**body, "messages": messages}, generation=False)
         except ProviderError as err:
             if err.status is None or err.status in _MISSING_ROUTE:
                 raise
@@ -178,6 +188,27 @@ class LlamaCppCounter:
         self._prefixes[key] = tokens
         if len(self._prefixes) > MAX_CACHED_PREFIXES:
             self._prefixes.popitem(last=False)
+
+    def _total(self, body: dict[str, Any], *, generation: bool = True) -> int:
+        """Tokens of ``body`` as the server will prompt it: one call to the server's own count
+        where it has one, else its render tokenised (two calls)."""
+        sent = body if generation else {**body, "add_generation_prompt": False}
+        if self._one_call is not False:
+            try:
+                reply = self._post(INPUT_TOKENS_ROUTE, sent)
+            except ProviderError as err:
+                if self._one_call is not None or err.status not in _MISSING_ROUTE:
+                    raise
+                self._one_call = False  # an older server: the two routes from now on
+            else:
+                self._one_call = True
+                tokens = reply.get("input_tokens")
+                if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+                    raise self._error(
+                        f"{INPUT_TOKENS_ROUTE} answered no count: {short(str(reply))}"
+                    )
+                return tokens
+        return self._tokens(self._render(sent))
 
     def _render(self, body: dict[str, Any], *, generation: bool = True) -> str:
         sent = body if generation else {**body, "add_generation_prompt": False}
