@@ -90,7 +90,7 @@ def percentiles(times: list[float]) -> tuple[float, float]:
 
 
 def timed(
-    runs: int, prepare: Callable[[], object], measure: Callable[[object], object]
+    runs: int, prepare: Callable[[], Request], measure: Callable[[Request], object]
 ) -> list[float]:
     """Seconds of ``measure(prepare())``, ``runs`` times (``prepare`` not timed)."""
     out = []
@@ -109,9 +109,11 @@ def main() -> None:
     rows = []
     with LlamaServer(build_server(), model, ctx=WINDOW, log=where / "server.log") as server:
         remote = LlamaCppCounter(server.base_url)
+        two_routes = LlamaCppCounter(server.base_url, one_call=False)
         local = RequestCounter(f"hf:{folder}")
         local.count(conversation(1_000))  # load the tokenizer and compile the template
-        remote.count_tokens(conversation(1_000))  # open the connection
+        remote.count_tokens(conversation(1_000))  # open the connections
+        two_routes.count_tokens(conversation(1_000))
         for tokens, runs in SIZES.items():
             sample = conversation(tokens)
             size = local.count(sample).total
@@ -127,20 +129,21 @@ def main() -> None:
                 counter.count(base)  # the loop counted the request before: not timed
                 return after
 
-            cases: list[tuple[str, Callable[[], object], Callable[[object], object]]] = [
-                ("hf: count, new request", fresh, lambda r: local.count(r)),  # type: ignore[arg-type]
+            cases: list[tuple[str, Callable[[], Request], Callable[[Request], object]]] = [
+                ("hf: count, new request", fresh, local.count),
+                ("server: count_tokens, 1 call (input_tokens)", fresh, remote.count_tokens),
                 (
-                    "server: count_tokens (render + tokenize)",
+                    "server: count_tokens, 2 calls (apply-template + tokenize)",
                     fresh,
-                    lambda r: remote.count_tokens(r),
-                ),  # type: ignore[arg-type]
-                ("server: count() with breakdown, new request", fresh, lambda r: remote.count(r)),  # type: ignore[arg-type]
-                ("hf: loop step (+2 messages)", lambda: loop_step(local), lambda r: local.count(r)),  # type: ignore[arg-type]
+                    two_routes.count_tokens,
+                ),
+                ("server: count() with breakdown, new request", fresh, remote.count),
+                ("hf: loop step (+2 messages)", lambda: loop_step(local), local.count),
                 (
                     "server: count() loop step (+2 messages)",
                     lambda: loop_step(remote),
-                    lambda r: remote.count(r),
-                ),  # type: ignore[arg-type]
+                    remote.count,
+                ),
             ]
             for name, prepare, measure in cases:
                 p50, p99 = percentiles(timed(runs, prepare, measure))
@@ -150,6 +153,7 @@ def main() -> None:
                 )
                 print(rows[-1], flush=True)
         remote.close()
+        two_routes.close()
     table = [
         "| tokens (hf:, server) | counter | requests | p50 ms | p99 ms |",
         "|---:|---|---:|---:|---:|",
