@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from ctxbudget.budget.context import context_tokens
 from ctxbudget.cli.main import main
 from ctxbudget.cli.request import request_command
 from ctxbudget.errors import ConfigError, ProviderError
-from ctxbudget.messages import Message, Request, ToolSpec
+from ctxbudget.messages import Message, Request, ToolSpec, Usage
 from ctxbudget.messages.openai import request_to_openai
 from ctxbudget.providers.llamacpp_count import LlamaCppCounter
 
@@ -114,6 +115,24 @@ def test_a_growing_conversation_asks_only_for_its_new_prefixes() -> None:
     # the whole request, then the prefixes through message 3 and message 4: 3 renders, 3 tokenises
     assert asked == 6
     assert tuple(count.per_message) == (4, 3, 2, 2, 4)
+
+
+def test_the_budget_takes_it_as_a_counter_usage_first() -> None:
+    """``context_tokens`` (usage-first) with the server as its counter: the usage, then what the
+    prompt grows by after the message that carries it."""
+    base = _request()
+    replied = Message(
+        role="assistant", content="d e", usage=Usage(input_tokens=40, output_tokens=2)
+    )
+    request = Request(
+        system=base.system,
+        tools=base.tools,
+        messages=(base.messages[0], replied, Message(role="user", content="f g h")),
+    )
+    with FakeServer(responder=llama_like) as fake:
+        estimate = context_tokens(request, LlamaCppCounter(fake.base_url))
+    assert (estimate.source, estimate.usage_index, estimate.usage_tokens) == ("usage", 1, 42)
+    assert estimate.trailing_tokens == 4 + 1  # "<user> f g h" and "go"
 
 
 def test_a_template_that_cannot_render_the_head_alone_lends_it_to_the_first_message() -> None:
