@@ -69,10 +69,11 @@ class LlamaCppCounter:
     ``count(request)`` is the same total with a breakdown (``RequestCounterLike``, so it can
     stand wherever the budget code takes a counter): each message owns what the prompt grows by
     when it is added, so ``sum(per_message[i + 1:])`` is exactly what follows message ``i``. The
-    prefixes cost a render and a tokenisation each, once: they are kept by content, and a loop
-    that appends a message asks for two new ones. A prefix that ends on an assistant message is
-    rendered by the server as a reply to continue (``--no-prefill-assistant`` turns that off),
-    which can shift a closing token or two from that message to the next; totals are unaffected.
+    prefixes cost a count each (a call or two), once: they are kept by content, so a loop step
+    that appends a message asks for two new ones (the new prefix and the whole request). A
+    prefix that ends on an assistant message is rendered by the server as a reply to continue
+    (``--no-prefill-assistant`` turns that off), which can shift a closing token or two from
+    that message to the next; totals are unaffected.
 
     ``base_url`` is the server's root or its OpenAI ``/v1`` URL. Failures are one-line
     ``ProviderError``s that say what to do: no server, no such routes (not llama.cpp or too
@@ -106,7 +107,7 @@ class LlamaCppCounter:
         """Close the HTTP connections (the counter is not usable afterwards)."""
         self._client.close()
 
-    # -- the two routes ---------------------------------------------------------------------
+    # -- what the server is asked -------------------------------------------------------
 
     def prompt(self, request: Request) -> str:
         """The prompt text the server renders for ``request`` (``POST /apply-template``)."""
@@ -114,7 +115,8 @@ class LlamaCppCounter:
             return self._render(_body(request))
 
     def count_tokens(self, request: Request) -> int:
-        """The server's ``usage.prompt_tokens`` for ``request``: its render, tokenised."""
+        """The server's ``usage.prompt_tokens`` for ``request``: its render, tokenised (one call,
+        or two on a server without the one-call route)."""
         with deadline_scope(self._timeout):
             return self._total(_body(request))
 
@@ -285,7 +287,8 @@ def _key(before: bytes, *parts: Any) -> bytes:
     """A digest chained over a prefix: ``O(new part)`` per message, not ``O(prefix)``."""
     digest = hashlib.blake2b(before, digest_size=16)
     for part in parts:
-        digest.update(json.dumps(part, ensure_ascii=False, sort_keys=True).encode("utf-8"))
+        # Keys in their order: llama.cpp prints a mapping in the order it was sent.
+        digest.update(json.dumps(part, ensure_ascii=False).encode("utf-8"))
         digest.update(b"\x00")
     return digest.digest()
 
