@@ -332,7 +332,7 @@ class _Talk:
     """A plain chat for a real (fake) server: long user turns, no tools."""
 
     texts: tuple[str, ...]
-    system: str = ""
+    system: str | None = None
     tools: tuple[Any, ...] = ()
 
     def user_message(self, turn: int) -> str:

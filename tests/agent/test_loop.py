@@ -219,7 +219,7 @@ class WordCountProvider(MockProvider):
 
     def complete(self, request: Request) -> Completion:
         done = super().complete(request)
-        words = 50 + len(request.system.split())
+        words = 50 + len((request.system or "").split())
         words += sum(len(m.text.split()) for m in request.messages)
         usage = Usage(input_tokens=words, output_tokens=max(1, len(done.message.text.split())))
         message = dataclasses.replace(done.message, usage=usage)
@@ -253,3 +253,23 @@ def test_a_word_count_usage_is_passed_over_not_read_as_a_truncation(
     assert gap is not None and gap.reported < gap.counted / 2
     said = [r.getMessage() for r in caplog.records if "usage report" in r.getMessage()]
     assert len(said) == 1
+
+
+def test_an_agent_without_a_system_prompt_sends_none_and_an_empty_one_an_empty_turn() -> None:
+    """``system`` defaults to None (no system message: Qwen2.5 renders its default prompt);
+    ``system=""`` is an empty system message, counted as its template renders it."""
+    from ctxbudget.agent.loop import Agent
+    from ctxbudget.messages.openai import request_to_openai
+    from ctxbudget.providers.mock import MockProvider
+    from ctxbudget.tokens.registry import get_tokenizer
+
+    counter = RequestCounter("qwen2.5")
+    provider = MockProvider(None, counter=counter)
+    plain = Agent(provider, window=4_000, counter=counter).request()
+    empty = Agent(provider, window=4_000, counter=counter, system="").request()
+    assert plain.system is None and request_to_openai(plain)["messages"] == []
+    assert request_to_openai(empty)["messages"] == [{"role": "system", "content": ""}]
+    # Qwen2.5's default prompt against an empty turn, each with the reply primer.
+    turn = "<|im_start|>system\n<|im_end|>\n<|im_start|>assistant\n"
+    assert counter.count(empty).total == len(get_tokenizer("qwen2.5").encode(turn, special=True))
+    assert counter.count(plain).total > counter.count(empty).total

@@ -107,7 +107,7 @@ class ScriptedModel:
         """(HTTP status, JSON body) for one chat-completions request."""
         request = request_from_openai(body)
         prompt = count_request(request, self.tokenizer).total
-        if request.system.startswith(SUMMARIZER_SYSTEM[:60]):
+        if (request.system or "").startswith(SUMMARIZER_SYSTEM[:60]):
             self.summaries += 1
             if prompt > self.window:
                 return 400, overflow_body(prompt, self.window)

@@ -11,9 +11,9 @@ Where `ContextGuard` (the adapters) and `Agent` decided differently before this 
 difference is now decided here, as `Agent` decides, unless said):
 
 1. The rule: the guard asked ``policy.fires(tokens, window)``; `Agent` asks
-   ``policy.fires_in_session(tokens, window, largest_reply=...)``, the ``ctxbudget`` rule
-   keeping at least the largest reply seen free (the learned reply reserve). The guard never
-   tracked the largest reply.
+   ``policy.fires_in_session(tokens, window, largest_reply=..., largest_growth=...)``, the
+   ``ctxbudget`` rule keeping the largest reply and step seen free (the learned reserve,
+   `SessionEvidence`). The guard learned neither.
 2. The cap: `Agent` stops pressure compactions after ``max_compactions_per_turn`` in one turn
    (a ``capped`` event); the guard had no cap, so a conversation whose floor sat near the line
    could compact on every call. Adapters cannot see turns: each of their model calls is one
@@ -83,7 +83,7 @@ from ctxbudget.agent.silent import (
 )
 from ctxbudget.budget.context import ContextEstimate, RequestCounterLike, UsageTrust, context_tokens
 from ctxbudget.budget.floor import check_prompt_floor, one_line
-from ctxbudget.budget.rules import Checkpoint, Policy, validate_window
+from ctxbudget.budget.rules import Checkpoint, Policy, SessionEvidence, validate_window
 from ctxbudget.budget.usage import PromptGap
 from ctxbudget.errors import CompactionError, ContextOverflowError
 from ctxbudget.messages.model import Message, Request
@@ -135,7 +135,8 @@ class SessionState:
     compactions: tuple[CompactionRecord, ...] = ()
     summaries: tuple[str, ...] = ()
     overflows: int = 0
-    largest_reply: int = 0
+    learned: SessionEvidence = dataclasses.field(default_factory=SessionEvidence)
+    """The largest reply and step so far (the learned reserve)."""
     max_request_tokens: int = 0
     turn: int = 0
     turn_compactions: int = 0
@@ -223,8 +224,8 @@ class BudgetSession:
         self.summaries: list[str] = []
         """Every handoff summary written so far, oldest first."""
         self.overflows = 0
-        self.largest_reply = 0
-        """The largest reply so far: the ``ctxbudget`` rule keeps at least this much free."""
+        self.learned = SessionEvidence()
+        """The largest reply and step so far: the ``ctxbudget`` rule keeps that much free."""
         self.max_request_tokens = 0
         self.floor_tokens = 0
         self.turn = 0
@@ -245,6 +246,11 @@ class BudgetSession:
     def max_output_tokens(self) -> int:
         """The reply limit a request should ask for: as configured, else a share of the window."""
         return effective_max_output(self.window, self.max_output_setting)
+
+    @property
+    def largest_reply(self) -> int:
+        """The largest reply so far (``learned.largest_reply``)."""
+        return self.learned.largest_reply
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -429,7 +435,13 @@ class BudgetSession:
         if not any(c in self.policy.checked for c in checkpoints):
             return False
         tokens = self.estimate(request).tokens
-        if not self.policy.fires_in_session(tokens, self.window, largest_reply=self.largest_reply):
+        seen = self.learned.seeing(tokens)  # the step that led here is already seen
+        if not self.policy.fires_in_session(
+            tokens,
+            self.window,
+            largest_reply=seen.largest_reply,
+            largest_growth=seen.largest_growth,
+        ):
             return False
         if self.turn_compactions >= self.max_compactions_per_turn:
             self._emit("capped", tokens=tokens, cap=self.max_compactions_per_turn)
@@ -574,6 +586,7 @@ class BudgetSession:
                 self.turn_compactions += 1
                 self.compacted_at = time.time()
                 self.compaction_id = result.compaction_id
+                self.learned = self.learned.after_compaction()  # its drop is not a step
                 if result.summary:
                     self.summaries.append(result.summary)
                 self.compactions.append(record)
@@ -602,15 +615,26 @@ class BudgetSession:
             return request.with_messages((*self._view, *request.messages[n:]))
         return request
 
-    def record(self, usage: Usage, *, call_index: int | None = None, archive: bool = True) -> Usage:
-        """``usage`` of a reply, tagged with the compaction in force and the time: the learned
-        reply reserve grows to the largest reply; archived (as model call ``call_index``) when
-        archiving and ``archive``."""
+    def record(
+        self,
+        usage: Usage,
+        *,
+        prompt_tokens: int | None = None,
+        call_index: int | None = None,
+        archive: bool = True,
+    ) -> Usage:
+        """``usage`` of a reply, tagged with the compaction in force and the time; the learned
+        reserve learns the reply and the step (``prompt_tokens``: the sent prompt as the rule
+        counted it; else the server's report, as a resumed archive does); archived (as model
+        call ``call_index``) when archiving and ``archive``."""
         with self._state:
             stamped = dataclasses.replace(
                 usage, compaction_id=self.compaction_id, timestamp=usage.timestamp or time.time()
             )
-            self.largest_reply = max(self.largest_reply, stamped.output_tokens)
+            prompt = usage.input_tokens if prompt_tokens is None else prompt_tokens
+            self.learned = self.learned.after_call(prompt, stamped.output_tokens)
+            if prompt == 0:  # no prompt size (llama.cpp's zeros): no step to measure from it
+                self.learned = self.learned.after_compaction()
             self.max_request_tokens = max(self.max_request_tokens, stamped.input_tokens)
             index = len(self._archived) if call_index is None else call_index
         if self.archive is not None and archive:
@@ -645,7 +669,7 @@ class BudgetSession:
                 compactions=tuple(self.compactions),
                 summaries=tuple(self.summaries),
                 overflows=self.overflows,
-                largest_reply=self.largest_reply,
+                learned=self.learned,
                 max_request_tokens=self.max_request_tokens,
                 turn=self.turn,
                 turn_compactions=self.turn_compactions,
@@ -666,7 +690,7 @@ class BudgetSession:
             self.compactions = list(state.compactions)
             self.summaries = list(state.summaries)
             self.overflows = state.overflows
-            self.largest_reply = state.largest_reply
+            self.learned = state.learned
             self.max_request_tokens = state.max_request_tokens
             self.turn = state.turn
             self.turn_compactions = state.turn_compactions

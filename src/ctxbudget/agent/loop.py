@@ -7,7 +7,7 @@ at any moment resumes from its archive with nothing acknowledged lost.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from ctxbudget.agent.compacting import still_over_window, undercount_scale
 from ctxbudget.agent.events import CompactionRecord, EventSink, LoopEvent, SessionSummary, Trigger
 from ctxbudget.agent.settings import restored_compactions
 from ctxbudget.budget.context import RequestCounterLike, UsageTrust
-from ctxbudget.budget.rules import Checkpoint, Policy
+from ctxbudget.budget.rules import Checkpoint, Policy, SessionEvidence
 from ctxbudget.errors import CompactionError, ConfigError, ContextOverflowError, ProviderError
 from ctxbudget.messages.model import Message, Request, ToolCall, ToolSpec
 from ctxbudget.providers.base import Completion, Provider
@@ -29,6 +29,7 @@ from ctxbudget.providers.base import Completion, Provider
 if TYPE_CHECKING:
     from ctxbudget.compaction.archive import Archive, ArchiveState
     from ctxbudget.compaction.summarizer import Summarizer
+    from ctxbudget.messages.usage import Usage
 
 __all__ = [
     "DEFAULT_MAX_COMPACTIONS_PER_TURN",
@@ -53,7 +54,8 @@ def _default_counter(name: str) -> RequestCounterLike:
 class Agent:
     """One chat session on a `Provider`, kept inside the window by a trigger rule.
 
-    ``window`` defaults to the provider's. ``policy`` is a rule name (``ctxbudget`` by default)
+    ``system`` is the system prompt (None: none; ``""`` an empty system message). ``window``
+    defaults to the provider's. ``policy`` is a rule name (``ctxbudget`` by default)
     or a `Policy`. ``tools`` are executed by ``tool_executor``. Events go to ``on_event`` and,
     with the messages, usage and compactions, to ``archive``.
     """
@@ -62,7 +64,7 @@ class Agent:
         self,
         provider: Provider,
         *,
-        system: str = "",
+        system: str | None = None,
         tools: Sequence[ToolSpec] = (),
         window: int | None = None,
         policy: str | Policy = "ctxbudget",
@@ -162,8 +164,13 @@ class Agent:
 
     @property
     def largest_reply(self) -> int:
-        """The largest reply so far: the ``ctxbudget`` rule keeps at least this much free."""
-        return self.session.largest_reply
+        """The largest reply so far (``learned.largest_reply``)."""
+        return self.session.learned.largest_reply
+
+    @property
+    def learned(self) -> SessionEvidence:
+        """The largest reply and step so far: the ``ctxbudget`` rule keeps that much free."""
+        return self.session.learned
 
     @property
     def floor_tokens(self) -> int:
@@ -341,7 +348,11 @@ class Agent:
         return undercount_scale(self.counter.count(self.request()).total, exc.prompt_tokens)
 
     def _record(self, completion: Completion) -> Message:
-        usage = self.session.record(completion.usage, archive=False)
+        # The prompt as the rule counted it (the view is still the request sent), so the next
+        # check measures the step's growth on the same count it compares with the line.
+        usage = self.session.record(
+            completion.usage, prompt_tokens=self.context_tokens(), archive=False
+        )
         reply = dataclasses.replace(completion.message, usage=usage)
         self._add(reply)
         if self.archive is not None:  # after its message, as a resumed session reads them
@@ -378,7 +389,7 @@ class Agent:
                 compaction_id=state.compaction_id,
                 compactions=tuple(restored_compactions(meta)),
                 overflows=overflows if isinstance(overflows, int) else 0,
-                largest_reply=max((u.output_tokens for _, u in state.usage), default=0),
+                learned=_learned_from(u for _, u in state.usage),
                 max_request_tokens=max((u.input_tokens for _, u in state.usage), default=0),
                 turn=self.turn,
             )
@@ -401,6 +412,21 @@ class Agent:
             compactions=tuple(self.compactions),
             configured_window=self.configured_window,
         )
+
+
+def _learned_from(usages: Iterable[Usage]) -> SessionEvidence:
+    """What an archived session taught the rule: its calls' usage in order, a change of
+    compaction id between two calls being a compaction (the archive keeps no local counts, so
+    the provider's prompt sizes stand in; an all-zero report teaches nothing about growth)."""
+    learned, compaction_id = SessionEvidence(), None
+    for usage in usages:
+        if usage.compaction_id != compaction_id:
+            learned = learned.after_compaction()
+        compaction_id = usage.compaction_id
+        learned = learned.after_call(usage.input_tokens, usage.output_tokens)
+        if usage.input_tokens == 0:  # no prompt size (llama.cpp): no step to measure from it
+            learned = learned.after_compaction()
+    return learned
 
 
 def _summarizer_of(provider: Provider) -> Summarizer | None:

@@ -16,7 +16,15 @@ from typing import Any, Unpack
 from ctxbudget.integrations import require
 from ctxbudget.integrations._guard import ContextGuard, GuardOptions, overflow_of
 from ctxbudget.integrations._view import Translated, translate
-from ctxbudget.messages.model import ImagePart, Message, Request, TextPart, ToolCall, ToolSpec
+from ctxbudget.messages.model import (
+    ImagePart,
+    Message,
+    Request,
+    TextPart,
+    ToolCall,
+    ToolSpec,
+    join_system,
+)
 from ctxbudget.messages.openai import image_detail, image_from_url, request_from_openai
 from ctxbudget.messages.usage import Usage
 
@@ -70,7 +78,7 @@ class ContextBudgetMiddleware(AgentMiddleware):
         self.guard = ContextGuard(window=window, **options)
         self.summary_model = summary_model
         self._model: Any = summary_model
-        self._system = ""
+        self._system: str | None = None
         self._tools: tuple[ToolSpec, ...] = ()
 
     # -- before_model: compact the state -----------------------------------------------------
@@ -131,7 +139,7 @@ class ContextBudgetMiddleware(AgentMiddleware):
 
     def _request(self, view: Translated[AnyMessage]) -> Request:
         return Request(
-            system="\n\n".join(s for s in (self._system, view.system) if s),
+            system=join_system((self._system, view.system)),
             tools=self._tools,
             messages=view.messages,
             max_output_tokens=self.guard.max_output_tokens,
@@ -139,7 +147,7 @@ class ContextBudgetMiddleware(AgentMiddleware):
 
     def _learn(self, request: ModelRequest) -> tuple[Translated[AnyMessage], Request]:
         """Remember the system prompt, tools and model for `before_model` and the summaries."""
-        self._system = request.system_prompt or ""
+        self._system = request.system_prompt  # "": langchain sends an empty system message
         self._tools = _tool_specs(request.tools)
         if self.summary_model is None:
             self._model = request.model
@@ -335,4 +343,5 @@ class _LoopSummarizer(_Summarizer):
 
 
 def _summary_messages(request: Request) -> list[BaseMessage]:
-    return [SystemMessage(content=request.system), HumanMessage(content=request.messages[0].text)]
+    system = [] if request.system is None else [SystemMessage(content=request.system)]
+    return [*system, HumanMessage(content=request.messages[0].text)]

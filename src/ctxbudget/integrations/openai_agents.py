@@ -16,7 +16,7 @@ from ctxbudget.integrations import require
 from ctxbudget.integrations._guard import ContextGuard, GuardOptions, overflow_of
 from ctxbudget.integrations._responses import as_item, read_item, rebuild_item
 from ctxbudget.integrations._view import Substitution, Translated, UsageMemory, translate
-from ctxbudget.messages.model import Request, ToolSpec
+from ctxbudget.messages.model import Request, ToolSpec, join_system
 
 require("agents", "openai-agents", "ctxbudget.integrations.openai_agents")
 
@@ -129,7 +129,7 @@ class ContextBudgetFilter:
         self, view: Translated[Item], instructions: str | None, agent: Agent[Any]
     ) -> Request:
         return Request(
-            system="\n\n".join(s for s in (instructions or "", view.system) if s),
+            system=join_system((instructions or None, view.system)),  # empty instructions: none
             tools=_tool_specs(agent),
             messages=self._memory.attach(view.messages),
             max_output_tokens=self.guard.max_output_tokens,

@@ -20,7 +20,7 @@ from ctxbudget.integrations._guard import ContextGuard, GuardOptions, only_overf
 from ctxbudget.integrations._responses import as_item, read_item, rebuild_item, tool_specs
 from ctxbudget.integrations._streams import AsyncUsageStream, UsageStream
 from ctxbudget.integrations._view import Substitution, Translated, UsageMemory, translate
-from ctxbudget.messages.model import Message, Request, ToolSpec
+from ctxbudget.messages.model import Message, Request, ToolSpec, join_system
 from ctxbudget.messages.openai import (
     message_from_openai,
     message_to_openai,
@@ -168,7 +168,9 @@ class ContextBudgetOpenAI:
         items = [as_item(given)] if isinstance(given, str) else [api.item(m) for m in given]
         full = translate(items, api.read)
         view = translate(conversation.substitution.apply(full), api.read)
-        system = "\n\n".join(s for s in (kwargs.get("instructions") or "", view.system) if s)
+        # Empty instructions add no system message (vLLM's Responses server, the Agents SDK);
+        # an empty system message in the list is one, kept.
+        system = join_system((kwargs.get("instructions") or None, view.system))
         request = Request(
             system=system,
             tools=api.tools(kwargs),

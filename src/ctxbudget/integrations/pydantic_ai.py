@@ -21,7 +21,15 @@ from ctxbudget.integrations._guard import (
     overflow_of,
 )
 from ctxbudget.integrations._view import Translated, translate
-from ctxbudget.messages.model import ImagePart, Message, Request, TextPart, ToolCall, ToolSpec
+from ctxbudget.messages.model import (
+    ImagePart,
+    Message,
+    Request,
+    TextPart,
+    ToolCall,
+    ToolSpec,
+    join_system,
+)
 from ctxbudget.messages.openai import image_detail, image_from_bytes, image_from_url
 from ctxbudget.messages.usage import Usage
 
@@ -87,7 +95,7 @@ class ContextBudgetProcessor:
         instructions = next(
             (m.instructions for m in reversed(view.items) if isinstance(m, pm.ModelRequest)), None
         )
-        system = "\n\n".join(s for s in (view.system, instructions or "") if s)
+        system = join_system((view.system, instructions or None))  # empty instructions: none
         return Request(
             system=system,
             tools=self.tools,
@@ -307,12 +315,8 @@ class _Summarizer:
         self.loop = loop
 
     def summarize(self, request: Request) -> str:
-        ask = pm.ModelRequest(
-            parts=[
-                pm.SystemPromptPart(content=request.system),
-                pm.UserPromptPart(content=request.messages[0].text),
-            ]
-        )
+        system = [] if request.system is None else [pm.SystemPromptPart(content=request.system)]
+        ask = pm.ModelRequest(parts=[*system, pm.UserPromptPart(content=request.messages[0].text)])
         call = self.model.request([ask], None, ModelRequestParameters())
         reply = asyncio.run_coroutine_threadsafe(call, self.loop).result()
         return "".join(p.content for p in reply.parts if isinstance(p, pm.TextPart))
