@@ -73,8 +73,10 @@ class ContextBudgetFilter:
         view = translate(self._substitution.apply(full), read_item)
         request = self._request(view, data.model_data.instructions, data.agent)
         self._learn_model(data.agent)
-        compacted = await self._guarded("prepare", request)
-        if compacted is not None:
+        compacted = await asyncio.to_thread(
+            self.guard.prepare, request, summarizer=self._summarizer(), new_turn=True
+        )
+        if compacted.messages is not request.messages:
             # The request is read again from the new view: an overflow's recovery maps its
             # messages back through that view, by the item indices it holds.
             view = self._compacted(full, view, compacted)
@@ -93,10 +95,13 @@ class ContextBudgetFilter:
         if overflow is None or self._last is None:
             return False
         if context.attempt > 1:
-            raise self.guard.retry_failed(context.error) from context.error
+            # Not counted again: the runner reports this overflow's own numbers (see
+            # `BudgetSession`'s notes, 4).
+            raise self.guard.fail(context.error, count=False) from context.error
         out, full, request, view = self._last
-        compacted = await self._guarded("recover", request, overflow)
-        assert compacted is not None  # recover compacts or raises
+        compacted = await asyncio.to_thread(
+            self.guard.recover, request, overflow, summarizer=self._summarizer()
+        )
         view = self._compacted(full, view, compacted)
         out.input[:] = list(view.items)  # the runner resends this very list
         self._memory.sent = view.messages
@@ -134,12 +139,9 @@ class ContextBudgetFilter:
         if self.summary_model is None and isinstance(agent.model, Model):
             self._model = agent.model
 
-    async def _guarded(self, step: str, *args: Any) -> Request | None:
-        """A guard step off the event loop; its summary call comes back to this loop."""
-        loop = asyncio.get_running_loop()
-        self.guard.summarizer = _Summarizer(self._model, loop) if self._model else None
-        result: Request | None = await asyncio.to_thread(getattr(self.guard, step), *args)
-        return result
+    def _summarizer(self) -> _Summarizer | None:
+        """Summaries by the agent's model, called back on this event loop (none: a model name)."""
+        return _Summarizer(self._model, asyncio.get_running_loop()) if self._model else None
 
     def _compacted(
         self, full: Translated[Item], view: Translated[Item], compacted: Request
@@ -160,7 +162,7 @@ class ContextBudgetFilter:
                 "reasoning_tokens": usage.output_tokens_details.reasoning_tokens
             },
         }
-        self._memory.usage = self.guard.stamp(usage_from_openai_responses(raw))
+        self._memory.usage = self.guard.record(usage_from_openai_responses(raw))
 
 
 class _UsageHooks(RunHooks[Any]):
