@@ -1,8 +1,12 @@
 """Estimators vs exact counts: ratio per kind of text and tokenizer, and speed vs tiktoken.
 
     .venv/bin/python bench/estimators.py [--repeat 15] [--short 200] [--medium 3000]
+        [--before OLD_CALIBRATION_JSON]
 
-Text: the real-text samples in tests/data/estimators (see SOURCES.md there). Speed: the best of
+Text: the real-text samples in tests/data/estimators (see SOURCES.md there). ``--before`` adds a
+table of our calibrated models' ratios on every sample, JSON shapes included, with the weights of
+an earlier calibration.json beside the current ones (e.g. ``git show REV:src/.../calibration.json``
+into a file). Speed: the best of
 ``--repeat`` interleaved runs of each estimator and of exact tiktoken encoding of the same text
 (cl100k_base, ``encode_ordinary`` through our registry), in one process, so load affects both.
 """
@@ -10,6 +14,7 @@ Text: the real-text samples in tests/data/estimators (see SOURCES.md there). Spe
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -17,11 +22,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import corpus
-from ctxbudget.tokens.calibrated import ESTIMATORS
+import json_samples
+from ctxbudget.tokens.calibrated import CALIBRATED_ESTIMATORS, CALIBRATED_NAMES, ESTIMATORS
+from ctxbudget.tokens.charclass import FEATURES, CodepointTable, linear_estimator, unpack_classes
 from ctxbudget.tokens.registry import get_tokenizer
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "estimators"
 KINDS = corpus.SHIPPED_KINDS
+JSON_KINDS = json_samples.JSON_KINDS
 TOKENIZERS = ("cl100k_base", "o200k_base", "qwen3")
 
 
@@ -55,6 +63,39 @@ def ratio_table(texts: dict[str, str]) -> list[str]:
     return lines
 
 
+def models_of(calibration: Path) -> dict[str, Callable[[str], int]]:
+    """Our calibrated models with the tables and weights of another calibration.json."""
+    data = json.loads(calibration.read_text(encoding="utf-8"))
+    models = {}
+    for name in CALIBRATED_NAMES:
+        weights = tuple(float(data["weights"][name].get(f, 0.0)) for f in FEATURES)
+        table = CodepointTable(unpack_classes(data["tables"][data["table_of"][name]]))
+        models[name] = linear_estimator(weights, table, name)
+    return models
+
+
+def before_after_table(texts: dict[str, str], before: dict[str, Callable[[str], int]]) -> list[str]:
+    """Per sample, each calibrated model's ratio with the earlier weights -> the current ones;
+    the generic model's to the largest of the three counts."""
+    models = [n for n in CALIBRATED_NAMES if n != "ctxbudget"]
+    head = [*models, "ctxbudget / largest of the three"]
+    generic = CALIBRATED_ESTIMATORS["ctxbudget"]
+    lines = ["| sample | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 1)]
+    for kind, text in texts.items():
+        exact = {t: get_tokenizer(t).count(text) for t in TOKENIZERS}
+        cells = []
+        for name in models:
+            ref = exact[name.removeprefix("ctxbudget-")]
+            old, new = before[name](text) / ref, CALIBRATED_ESTIMATORS[name](text) / ref
+            cells.append(f"{old:.3f} → {new:.3f}")
+        # its lowest ratio to any of the three is its ratio to the largest: one column holds both
+        # sides of its band (>= 0.95 of each, <= 1.15 of the largest)
+        old, new = (f(text) / max(exact.values()) for f in (before["ctxbudget"], generic))
+        cells.append(f"{old:.3f} → {new:.3f}")
+        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def speed_table(texts: dict[str, str], repeat: int) -> list[str]:
     encode = get_tokenizer("cl100k_base").count
     lines = ["| estimator | " + " | ".join(texts) + " |", "|" + "---|" * (len(texts) + 1)]
@@ -80,7 +121,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--short", type=int, default=200, help="characters of the short samples")
     parser.add_argument("--medium", type=int, default=3000, help="characters of the medium ones")
+    parser.add_argument("--before", type=Path, help="an earlier calibration.json to compare")
     args = parser.parse_args()
+    if args.before:
+        every = {k: (CORPUS / f"{k}.txt").read_text("utf-8") for k in (*KINDS, *JSON_KINDS)}
+        print("## Ours before -> after, every sample (JSON shapes included)\n")
+        print("\n".join(before_after_table(every, models_of(args.before))))
+        print()
     texts = {k: (CORPUS / f"{k}.txt").read_text(encoding="utf-8") for k in KINDS}
     print("## Ratio estimate / exact tokens, whole sample of each kind\n")
     print("\n".join(ratio_table(texts)))

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from ctxbudget.agent.events import LoopEvent
+from ctxbudget.agent.loop import Agent
 from ctxbudget.budget.rules import POLICY_NAMES
 from ctxbudget.counting import RequestCount, RequestCounter
 from ctxbudget.errors import CompactionError, ContextOverflowError, PromptFloorExceeded
 from ctxbudget.messages.model import Request, extends
+from ctxbudget.messages.usage import Usage
+from ctxbudget.providers.base import Completion
+from ctxbudget.providers.mock import MockProvider
 
 MakeAgent = Callable[..., Any]
 SEED_COMPACTIONS = 5  # the seed's chapter 11: 17 turns in a 1,200 window, 5 compactions
@@ -206,3 +211,65 @@ def test_requests_within_a_run_are_made_by_appending(make_agent: MakeAgent) -> N
     assert len(appended) >= 20
     fresh = RequestCounter("qwen3")
     assert all(Recording("qwen3").count(r) == fresh.count(r) for r in seen[-5:])
+
+
+class WordCountProvider(MockProvider):
+    """The mock server with the usage pydantic-ai's ``FunctionModel`` reports: 50 tokens of
+    overhead plus the words of the request, not its tokens (about a third of them here)."""
+
+    def complete(self, request: Request) -> Completion:
+        done = super().complete(request)
+        words = 50 + len((request.system or "").split())
+        words += sum(len(m.text.split()) for m in request.messages)
+        usage = Usage(input_tokens=words, output_tokens=max(1, len(done.message.text.split())))
+        message = dataclasses.replace(done.message, usage=usage)
+        return Completion(message=message, usage=usage, stop_reason=done.stop_reason)
+
+
+def test_a_word_count_usage_is_passed_over_not_read_as_a_truncation(
+    qwen3: RequestCounter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A report far below the exact count from the first request on is no count of the prompt:
+    neither the base of the next count nor a truncation (the window stays, nothing overflows),
+    and the loop says so once."""
+    provider = WordCountProvider("coding", window=4096, counter=qwen3)
+    scene = provider.scenario
+    assert scene is not None
+    events: list[LoopEvent] = []
+    agent = Agent(
+        provider, system=scene.system, tools=scene.tools, window=4096, counter=qwen3,
+        tool_executor=scene.run_tool, max_output_tokens=scene.max_output,
+        on_event=events.append,
+    )  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="ctxbudget"):
+        for t in range(1, 9):
+            agent.run_turn(scene.user_message(t))
+    assert agent.overflows == 0 and agent.window == 4096
+    assert not _kinds(events, "overflow") and not _kinds(events, "window_changed")
+    assert agent.compactions and all(c.trigger == "context_pressure" for c in agent.compactions)
+    for request in provider.requests:
+        assert provider.prompt_tokens(request) + (request.max_output_tokens or 0) <= 4096
+    gap = agent.usage_trust.passed_over
+    assert gap is not None and gap.reported < gap.counted / 2
+    said = [r.getMessage() for r in caplog.records if "usage report" in r.getMessage()]
+    assert len(said) == 1
+
+
+def test_an_agent_without_a_system_prompt_sends_none_and_an_empty_one_an_empty_turn() -> None:
+    """``system`` defaults to None (no system message: Qwen2.5 renders its default prompt);
+    ``system=""`` is an empty system message, counted as its template renders it."""
+    from ctxbudget.agent.loop import Agent
+    from ctxbudget.messages.openai import request_to_openai
+    from ctxbudget.providers.mock import MockProvider
+    from ctxbudget.tokens.registry import get_tokenizer
+
+    counter = RequestCounter("qwen2.5")
+    provider = MockProvider(None, counter=counter)
+    plain = Agent(provider, window=4_000, counter=counter).request()
+    empty = Agent(provider, window=4_000, counter=counter, system="").request()
+    assert plain.system is None and request_to_openai(plain)["messages"] == []
+    assert request_to_openai(empty)["messages"] == [{"role": "system", "content": ""}]
+    # Qwen2.5's default prompt against an empty turn, each with the reply primer.
+    turn = "<|im_start|>system\n<|im_end|>\n<|im_start|>assistant\n"
+    assert counter.count(empty).total == len(get_tokenizer("qwen2.5").encode(turn, special=True))
+    assert counter.count(plain).total > counter.count(empty).total

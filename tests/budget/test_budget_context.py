@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxbudget.budget.context import context_tokens, last_usage_index, usage_tokens
+from ctxbudget.budget.context import UsageTrust, context_tokens, last_usage_index, usage_tokens
 from ctxbudget.budget.rules import get_policy
 from ctxbudget.budget.usage import usage_from_anthropic, usage_from_openai
 from ctxbudget.counting.result import RequestCount
@@ -200,3 +203,82 @@ def test_estimate_adds_up_and_uses_only_current_usage(
         or m.usage.input_tokens == 0
         for m in later
     )
+
+
+class ExactCharCounter(CharCounter):
+    """The same counts, labelled exact: a counter with the server's own template and tokenizer."""
+
+    def count(self, request: Request) -> RequestCount:
+        return dataclasses.replace(super().count(request), counter="exact", kind="exact")
+
+
+EXACT = ExactCharCounter()
+
+
+def test_a_report_far_below_an_exact_count_of_its_request_is_passed_over() -> None:
+    task = user("a" * 4_000)
+    ours = EXACT.count(request(task)).total  # the request the reply reports on
+    after = user("c" * 80)
+
+    def estimate(usage: Usage, counter: Any = EXACT) -> Any:
+        return context_tokens(request(task, reply("b" * 160, usage), after), counter)
+
+    whole = EXACT.count(request(task, reply("b" * 160, None), after)).total
+    # pydantic-ai's FunctionModel: a word count, a third of the tokens
+    words = estimate(Usage(input_tokens=ours // 3, output_tokens=40))
+    assert (words.source, words.tokens, words.usage_index) == ("count", whole, None)
+    assert words.passed_over is not None
+    assert (words.passed_over.reported, words.passed_over.counted) == (ours // 3, ours)
+    # an adapter that reports the uncached part alone (Anthropic's raw input_tokens)
+    assert estimate(Usage(input_tokens=100, output_tokens=40)).source == "count"
+    # honest differences stay the base: a BOS more or less, a cached prefix reported in full
+    for usage in (
+        Usage(input_tokens=ours + 1, output_tokens=40),
+        Usage(input_tokens=ours - 1, output_tokens=40),
+        usage_from_openai(
+            {"prompt_tokens": ours, "completion_tokens": 40,
+             "prompt_tokens_details": {"cached_tokens": ours - 100}}
+        ),
+        usage_from_anthropic(
+            {"input_tokens": 100, "cache_read_input_tokens": ours - 100, "output_tokens": 40}
+        ),
+    ):  # fmt: skip
+        kept = estimate(usage)
+        assert kept.source == "usage" and kept.passed_over is None, usage
+    # an estimate's own error is larger than the gap: its count is not the judge
+    assert estimate(Usage(input_tokens=ours // 3, output_tokens=40), COUNTER).source == "usage"
+
+
+def test_a_session_says_once_that_a_report_was_passed_over(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    trust = UsageTrust()
+    task = user("a" * 4_000)
+    words = Usage(input_tokens=300, output_tokens=5)
+    req = request(task, reply("ok", words), user("more"))
+    with caplog.at_level(logging.WARNING, logger="ctxbudget"):
+        for _ in range(3):
+            trust.note(context_tokens(req, EXACT).passed_over)
+        trust.note(None)
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
+    assert "300-token prompt" in caplog.records[0].getMessage()
+    assert trust.passed_over is not None and trust.passed_over.reported == 300
+
+
+def test_a_gap_on_the_sent_request_is_a_truncation_only_from_a_whole_prompt_reporter() -> None:
+    small, large = EXACT.count(request(user("a" * 400))), EXACT.count(request(user("a" * 4000)))
+    # short from the first report on: no count of the prompt, not a truncation
+    liar = UsageTrust()
+    assert liar.truncation(Usage(input_tokens=large.total // 3), large) is None
+    assert liar.passed_over is not None and not liar.whole_prompts
+    # agreed before, then short: the server dropped part of the prompt (Ollama's num_ctx)
+    server = UsageTrust()
+    assert server.truncation(Usage(input_tokens=small.total), small) is None
+    assert server.whole_prompts
+    gap = server.truncation(Usage(input_tokens=large.total // 3), large)
+    assert gap is not None and gap.counted == large.total and server.passed_over is None
+    # an estimate is no judge of either
+    rough = UsageTrust()
+    estimated = COUNTER.count(request(user("a" * 4000)))
+    assert rough.truncation(Usage(input_tokens=estimated.total // 3), estimated) is None
+    assert rough.passed_over is None and not rough.whole_prompts

@@ -128,6 +128,17 @@ def test_request_floor_parts_share_out_the_counted_tools() -> None:
     assert abs(sum(n for _, n in parts[1:]) - 1_000) <= len(REQUEST.tools)
 
 
+@pytest.mark.parametrize("system", [None, ""])
+def test_request_floor_parts_name_a_system_turn_that_costs_tokens(system: str | None) -> None:
+    """An empty system turn's framing, or Qwen2.5's default prompt for none, is counted in the
+    floor's system part: the labelled parts name it."""
+    tools = Request(system=system, tools=REQUEST.tools[:1])
+    assert request_floor_parts(tools, counted(9, 100))[0] == ("system prompt", 9)
+    assert [label for label, _ in request_floor_parts(tools, counted(0, 100))] == [
+        "tool: read_file"
+    ]
+
+
 @pytest.mark.parametrize("window", [0, -5, float("nan"), "big"])
 def test_bad_window(window: object) -> None:
     with pytest.raises(InvalidWindowError):

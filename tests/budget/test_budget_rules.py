@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -16,10 +17,13 @@ from ctxbudget.budget.rules import (
     CoreCoderPolicy,
     CtxbudgetPolicy,
     Policy,
+    SessionEvidence,
     get_policy,
     validate_window,
 )
 from ctxbudget.errors import ConfigError, InvalidWindowError, UnknownNameError
+from ctxbudget.replay.replay import replay_window
+from ctxbudget.replay.trace import Call, Trace
 
 
 # Seed 000 (mini-letta tests and exercise 11.7): letta-code's threshold per window.
@@ -293,3 +297,128 @@ def test_without_session_evidence_the_line_is_the_fixed_one() -> None:
     rule = CtxbudgetPolicy()
     for window in (4_096, 32_000, 200_000):
         assert rule.threshold_in_session(window) == rule.threshold(window)
+
+
+# Issue 30: the context's own growth per step. A step (prompt of call i+1 less prompt of call
+# i) holds call i's reply and what came after it; the rule keeps the larger of the two free.
+# window, largest reply, largest step -> whole reserve (no max output known, as in a replay)
+@pytest.mark.parametrize(
+    ("window", "largest", "growth", "reserve"),
+    [
+        (200_000, 500, 0, 1_024 + 2_048),  # no step seen: as before
+        (200_000, 500, 2_000, 1_024 + 2_048),  # a step under the fixed reserves changes nothing
+        (200_000, 500, 28_000, 28_000),  # the issue's tool result: kept free
+        (200_000, 16_000, 17_000, 17_000),  # a step holds its reply: the larger, not the sum
+        (200_000, 29_018, 20_000, 29_018),  # a reply larger than any step (before a compaction)
+        (200_000, 500, 150_000, 50_000),  # an absurd step stops at a quarter of the window
+        (32_000, 500, 20_297, 8_000),  # ... as in a small window (the Pi session's largest step)
+        (32_000, 16_121, 20_297, 16_000),  # the reply keeps its own cap, W/2
+    ],
+)
+def test_ctxbudget_learns_the_context_growth(
+    window: int, largest: int, growth: int, reserve: int
+) -> None:
+    rule = CtxbudgetPolicy()
+    seen = {"largest_reply": largest, "largest_growth": growth}
+    assert rule.reserve_in_session(window, **seen) == reserve
+    line = rule.threshold_in_session(window, **seen)
+    assert line == window - reserve
+    assert rule.fires_in_session(line + 1, window, **seen)
+    assert not rule.fires_in_session(line, window, **seen)
+
+
+def _first_fire(prompts: list[int], replies: list[int], window: int) -> int | None:
+    """The first call at which the ctxbudget rule fires, learning as the loop and replay do."""
+    rule, seen = CtxbudgetPolicy(), SessionEvidence()
+    for i, (prompt, reply) in enumerate(zip(prompts, replies, strict=True)):
+        now = seen.seeing(prompt)
+        if rule.fires_in_session(
+            prompt, window, largest_reply=now.largest_reply, largest_growth=now.largest_growth
+        ):
+            return i
+        seen = seen.after_call(prompt, reply)
+    return None
+
+
+def test_a_jump_already_seen_does_not_cross_the_window() -> None:
+    """The issue's case, on the replay: a 28K tool result early on, steps of 2K, then the same
+    28K again near the top of a 200K window. The old rule (replies only, 98.5% here) let the
+    context reach 204K before it fired; now it fires while a 28K step still fits."""
+    prompts = [20_000, 48_000, *range(50_000, 177_000, 2_000), 204_000]
+    trace = Trace(
+        format="openai-log",
+        calls=tuple(
+            Call(index=i, context_tokens=c, output_tokens=300, task_start=i == 0)
+            for i, c in enumerate(prompts)
+        ),
+        model="m",
+        window=None,
+    )
+    replayed = replay_window(trace, 200_000, [CtxbudgetPolicy()]).policies[0]
+    fire = replayed.first_trigger
+    assert fire is not None
+    assert fire == _first_fire(prompts, [300] * len(prompts), 200_000)  # replay = the loop's way
+    assert prompts[fire] <= 200_000  # it fired while the history still fit
+    assert fire < len(prompts) - 1  # before the second 28K step, not at it
+    assert all(p + 28_000 <= 200_000 for p in prompts[:fire])  # not firing was safe
+
+
+@settings(max_examples=200)
+@given(
+    window=st.integers(4_096, 1_000_000),
+    jump=st.floats(0.01, 0.25),
+    creep=st.lists(st.floats(0, 0.04), min_size=1, max_size=60),
+    replies=st.lists(st.integers(0, 20_000), min_size=62, max_size=62),
+    start=st.floats(0, 0.6),
+)
+def test_a_step_no_larger_than_one_seen_never_crosses_the_window(
+    window: int, jump: float, creep: list[float], replies: list[int], start: float
+) -> None:
+    """A session makes one jump (up to the W/4 cap), then creeps up by small steps: at every
+    check where the rule does not fire, the same jump again would leave the next request
+    inside the window. Shares of the window; the replies are any the session might show."""
+    rule, seen = CtxbudgetPolicy(), SessionEvidence()
+    step = int(jump * window)
+    prompts = [int(start * window), int(start * window) + step]
+    for share in creep:
+        prompts.append(prompts[-1] + int(share * window))
+    for i, (prompt, reply) in enumerate(zip(prompts, replies, strict=False)):
+        now = seen.seeing(prompt)
+        if rule.fires_in_session(
+            prompt, window, largest_reply=now.largest_reply, largest_growth=now.largest_growth
+        ):
+            return  # the rule compacts here (the replay's first fire)
+        if i >= 1:  # the jump has been seen
+            assert prompt + step <= window
+        seen = seen.after_call(prompt, reply)
+
+
+@given(
+    prompts=st.lists(st.integers(0, 10**6), min_size=1, max_size=30),
+    replies=st.lists(st.integers(0, 10**5), min_size=30, max_size=30),
+)
+def test_session_evidence_learns_the_largest_step_and_reply(
+    prompts: list[int], replies: list[int]
+) -> None:
+    seen = SessionEvidence()
+    for prompt, reply in zip(prompts, replies, strict=False):
+        seen = seen.after_call(prompt, reply)
+    steps = [b - a for a, b in itertools.pairwise(prompts)]
+    assert seen.largest_growth == max([0, *steps])  # drops (compactions) teach nothing
+    assert seen.largest_reply == max(replies[: len(prompts)])
+    assert seen.last_prompt == prompts[-1]
+    # After a compaction the next prompt is not compared with the one before it.
+    after = seen.after_compaction().after_call(prompts[-1] + 10**7, 0)
+    assert after.largest_growth == seen.largest_growth
+    assert seen.seeing(prompts[-1] + 5).largest_growth == max(seen.largest_growth, 5)
+
+
+def test_the_growth_cap_keeps_room_after_a_compaction() -> None:
+    """A single absurd step (90% of the window) costs at most a quarter of it (or the fixed
+    reserves, in a window so small that they are larger): the line stays at 3/4 W, above where
+    a compaction leaves the context (half the room under the line)."""
+    rule = CtxbudgetPolicy()
+    for window in (4_096, 32_000, 200_000, 1_000_000):
+        line = rule.threshold_in_session(window, largest_growth=window * 9 // 10)
+        assert line == window - max(window // 4, rule.reserve(window))
+        assert line > rule.threshold(window) // 2

@@ -9,6 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxbudget.budget.usage import (
+    FAR_BELOW_MIN_TOKENS,
+    FAR_BELOW_SHARE,
+    prompt_gap,
     usage_from_anthropic,
     usage_from_any,
     usage_from_deepseek,
@@ -269,3 +272,18 @@ def test_anthropic_and_openai_agree_on_the_same_prompt(
     assert anthropic.context_tokens == openai.context_tokens
     assert anthropic.cache_read_tokens == openai.cache_read_tokens
     assert isinstance(anthropic, Usage)
+
+
+def test_a_prompt_is_far_below_only_under_the_share_and_the_tokens() -> None:
+    gap = prompt_gap(1_000, 3_000)  # a word count of a 3,000-token prompt
+    assert gap is not None and (gap.reported, gap.counted) == (1_000, 3_000)
+    assert "1,000-token prompt" in gap.reason and "3,000" in gap.reason
+    share = int(3_000 * FAR_BELOW_SHARE)
+    assert prompt_gap(share, 3_000) is None  # 90% is close enough
+    assert prompt_gap(share - 1, 3_000) is not None
+    assert prompt_gap(3_001, 3_000) is None  # a server's BOS on top
+    assert prompt_gap(2_999, 3_000) is None  # ...or left out
+    # a tiny prompt's slack: under 90%, yet too few tokens short to be a gap
+    assert prompt_gap(100 - FAR_BELOW_MIN_TOKENS + 1, 100) is None
+    assert prompt_gap(100 - FAR_BELOW_MIN_TOKENS - 1, 100) is not None
+    assert prompt_gap(0, 3_000) is None and prompt_gap(1_000, 0) is None  # no count at all

@@ -95,10 +95,25 @@ def test_json_commands_reject_bad_files(
     assert_one_line_error(*run_main([command, make(tmp_path), "--json"], capsys))
 
 
-@pytest.mark.parametrize("window", ["0", "-5", "abc", "nan", "inf", "1e400"])
+# Past 100M tokens (ten times the largest window on offer) a window is a typo: 2^63 and more
+# once ended replay in "internal error: OverflowError".
+HUGE_WINDOWS = ["100000001", "9223372036854775808", "100000000000000000000"]
+
+
+@pytest.mark.parametrize("window", ["0", "-5", "abc", "nan", "inf", "1e400", *HUGE_WINDOWS])
 @pytest.mark.parametrize("command", ["thresholds", "demo"])
 def test_bad_windows(command: str, window: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert_one_line_error(*run_main([command, "--window", window, "--json"], capsys))
+
+
+@pytest.mark.parametrize("window", ["0", *HUGE_WINDOWS])
+def test_replay_refuses_a_huge_window_flag(
+    window: str, traces_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = str(next(traces_dir.glob("codex-cli_*.jsonl")))
+    code, err = run_main(["replay", trace, "--window", window, "--json"], capsys)
+    assert_one_line_error(code, err)
+    assert "--window must be" in err
 
 
 @pytest.mark.parametrize(

@@ -72,9 +72,12 @@ schema: Any = st.fixed_dictionaries(
 )
 tools = st.lists(st.builds(ToolSpec, name=names, description=texts, parameters=schema), max_size=3)
 
+# No system prompt (None), an empty one (an empty system turn) and text: three renderings.
+systems = st.sampled_from([None, "", "You are a helpful assistant."]) | texts
+
 requests = st.builds(
     lambda system, tools, msgs: Request(system=system, tools=tuple(tools), messages=tuple(msgs)),
-    st.sampled_from(["", "You are a helpful assistant."]) | texts,
+    systems,
     tools,
     st.lists(messages(), min_size=1, max_size=8),
 )

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.counting.strategies import messages, texts, tools
+from tests.counting.strategies import messages, systems, tools
 
 from ctxbudget.counting import RequestCounter, count_request
 from ctxbudget.counting.counter import count_with
@@ -23,7 +23,7 @@ CHARS4 = Estimator("chars4", lambda text: (len(text) + 3) // 4)  # local stand-i
 edits = st.one_of(
     st.tuples(st.just("append"), st.lists(messages(), min_size=1, max_size=3)),
     st.tuples(st.just("extend"), st.lists(messages(), min_size=1, max_size=3)),
-    st.tuples(st.just("system"), texts),
+    st.tuples(st.just("system"), systems),  # None, "" and text: each renders apart
     st.tuples(st.just("tools"), tools),
     st.tuples(st.just("compact"), st.integers(1, 4)),
     st.tuples(st.just("drop_last"), st.just(0)),  # a retry takes the failed reply back
@@ -42,7 +42,8 @@ def _apply(request: Request, edit: tuple[str, object]) -> Request:
         assert isinstance(value, list)
         return request.append(*value)
     if kind == "system":
-        return replace(request, system=str(value))
+        assert value is None or isinstance(value, str)
+        return replace(request, system=value)
     if kind == "tools":
         assert isinstance(value, list)
         return replace(request, tools=tuple(value))

@@ -1,6 +1,7 @@
 """``hf:PATH`` equals transformers' ``apply_chat_template`` on every model folder the repo carries.
 
-Each folder gets 110 generated conversations; each is sent as a request after every user turn
+Each folder gets 110 generated conversations (without a system message, with an empty one
+(>= 10, checked) or with text); each is sent as a request after every user turn
 (>= 200 requests per folder, checked), and each request is counted by ``count_request`` with the
 folder as tokenizer, by one ``RequestCounter(model=...)`` step after step, and by both Jinja
 paths (message loop memoised, whole render) even where the folder's template is counted
@@ -95,6 +96,7 @@ def test_every_door_counts_what_transformers_counts(
     name = f"hf:{path}"
     body_file = tmp_path_factory.mktemp("oracle") / "body.json"
     seen = []
+    empty_systems = []  # bodies with an empty system message: an empty turn, not none
 
     @settings(
         max_examples=110, deadline=None, database=None, suppress_health_check=list(HealthCheck)
@@ -107,9 +109,11 @@ def test_every_door_counts_what_transformers_counts(
         assert _cli("--tokenizer", name, body, body_file) == expected[-1], body
         assert _cli("--model", name, body, body_file) == expected[-1], body
         seen.extend(expected)
+        empty_systems.append(body["messages"][0] == {"role": "system", "content": ""})
 
     check()
     assert len(seen) >= 200 and sum(n is not None for n in seen) >= 150  # Llama refuses some
+    assert sum(empty_systems) >= 10
 
 
 def test_tool_results_that_meet_without_a_token_are_joined_not_rendered_whole(
@@ -151,3 +155,27 @@ def test_tool_results_that_meet_without_a_token_are_joined_not_rendered_whole(
         assert got.total == oracle_count(tokenizer, body)
         assert sum(got.per_message) == got.messages
     assert per_step[1:] == [0] * 5
+
+
+@pytest.mark.parametrize("with_tools", [False, True])
+@pytest.mark.parametrize("folder", HF_FOLDERS)
+def test_an_empty_system_message_counts_what_transformers_counts(
+    folder: str, with_tools: bool, hf_oracle: Oracle
+) -> None:
+    """An empty system message is an empty system turn, not none: Qwen2.5 renders it empty
+    where it renders its default prompt for none (14 tokens against 30 without tools)."""
+    path, tokenizer = hf_oracle(folder)
+    name = f"hf:{path}"
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    tool = {"type": "function", "function": {"name": "w", "description": "", "parameters": schema}}
+    user = {"role": "user", "content": "hi"}
+    counted = []
+    for messages in ([{"role": "system", "content": ""}, user], [user]):
+        body: dict[str, Any] = {"messages": messages, **({"tools": [tool]} if with_tools else {})}
+        request = parse_request_json(json.dumps(body), "body")
+        expected = oracle_count(tokenizer, body)
+        assert RequestCounter(name).count(request).total == expected, messages
+        assert _library(name, [body]) == [(expected,) * 4], messages
+        counted.append(expected)
+    if folder == "qwen2.5" and not with_tools:
+        assert counted == [14, 30]  # transformers 4.57's apply_chat_template(tokenize=True)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from tests.counting.strategies import requests
 
-from ctxbudget.counting import count_request
+from ctxbudget.counting import RequestCounter, count_request
 from ctxbudget.counting.hf import render_template
 from ctxbudget.counting.qwen import QwenScheme
-from ctxbudget.counting.template_input import template_messages, template_tools
-from ctxbudget.messages.model import Message, Request, ToolCall
+from ctxbudget.counting.template_input import template_messages, template_tools, tool_dict
+from ctxbudget.messages.model import Message, Request, ToolCall, ToolSpec
 from ctxbudget.tokens.registry import ExactTokenizer, get_tokenizer
 
 
@@ -85,3 +88,39 @@ def test_reasoning_kept_only_after_last_query(
     text = QwenScheme(tokenizer=qwen3_tokenizer).render(request_)
     assert ("It works." in text) is reasoning_shown
     assert text.count("<|im_start|>user") == (2 if reasoning_shown else 3)  # tool results merged
+
+
+WEATHER = ToolSpec(
+    name="get_weather",
+    description="The weather in a city.",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+)
+BUILT_IN = [("qwen3", "qwen3.jinja", "qwen3"), ("qwen2.5", "qwen2.5.jinja", "qwen2.5"),
+            ("qwen3.5", "qwen3.5.jinja", "qwen3.6")]  # fmt: skip
+
+
+@pytest.mark.parametrize("tools", [(), (WEATHER,)])
+@pytest.mark.parametrize(("template", "file", "vocabulary"), BUILT_IN)
+def test_an_empty_system_prompt_counts_the_turn_its_template_renders(
+    template: str, file: str, vocabulary: str, tools: tuple[ToolSpec, ...], templates_dir: Path
+) -> None:
+    """``system=""`` is an empty system message, rendered as the template renders one (its
+    turn's framing; Qwen2.5's default prompt only without one); ``system=None`` is none. The
+    template gets the message dicts as an OpenAI request carries them, not ours."""
+    source = (templates_dir / file).read_text(encoding="utf-8")
+    tokenizer = get_tokenizer(vocabulary)
+    user = {"role": "user", "content": "What is the weather in Paris?"}
+    tool_dicts = [tool_dict(t) for t in tools] or None
+    base = Request(tools=tools, messages=(Message(role="user", content=user["content"]),))
+    rendered = []
+    for system, dicts in ((None, [user]), ("", [{"role": "system", "content": ""}, user])):
+        request = replace(base, system=system)
+        text = render_template(source, dicts, tool_dicts)
+        count = count_request(request, vocabulary, template=template)
+        assert count.total == len(tokenizer.encode(text, special=True)), (system, template)
+        assert RequestCounter(vocabulary, template=template).count(request) == count
+        assert count.system + count.tools + count.messages == count.total
+        rendered.append(text)
+    # The empty turn is neither nothing nor Qwen2.5's default; Qwen3.5 renders a system prompt
+    # beside the tools only when it has text.
+    assert (rendered[0] == rendered[1]) is (template == "qwen3.5" and bool(tools))

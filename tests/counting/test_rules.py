@@ -65,3 +65,22 @@ def test_claude_tools_pay_the_tool_prompt() -> None:
     claude = count_request(request, est, model="claude-sonnet-4")
     other = count_request(request, est, model="gemini-2.5-pro")
     assert claude.tools - other.tools == 346
+
+
+def test_an_empty_system_message_pays_its_framing_as_any_message_does() -> None:
+    """The rules count every message, an empty one too: an empty system message costs what an
+    empty user message costs (OpenAI: 3 + the role; the estimate: its per-message overhead),
+    and tools share its framing (OpenAI's discount) as they share a system prompt's."""
+    hi = (Message(role="user", content="hi"),)
+    tools = (ToolSpec("get_weather", "Weather now."),)
+    est = Estimator("chars4", lambda t: (len(t) + 3) // 4)
+    for counter, model in (("cl100k_base", None), (est, "claude-sonnet-4"), (est, None)):
+        none = count_request(Request(messages=hi), counter, model=model)
+        empty = count_request(Request(system="", messages=hi), counter, model=model)
+        as_user = count_request(Request(messages=(Message(role="user"), *hi)), counter, model=model)
+        assert none.system == 0 and empty.system == as_user.messages - none.messages > 0
+        with_tools = count_request(Request(system="", tools=tools, messages=hi), counter)
+        without = count_request(Request(tools=tools, messages=hi), counter)
+        assert with_tools.system == empty.system
+        discount = 4 if counter == "cl100k_base" else 0
+        assert without.tools - with_tools.tools == discount

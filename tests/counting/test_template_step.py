@@ -128,7 +128,7 @@ def test_a_last_message_made_again_before_a_new_one(
     """Neither end of the loop's list changes its object, the one before the last does; with
     a system prompt the loop may be given the list past it (Llama 3)."""
     name = f"hf:{hf_folder(folder)}"
-    for system in ("", "Be brief."):
+    for system in (None, "", "Be brief."):
         first = Request(system=system, messages=(_user("hello"),))
         kept = first.append(_reply("hi"))
         again = kept.with_messages((*first.messages, _reply("hi, how can I help?"), _user("x")))
@@ -253,14 +253,18 @@ def test_a_negative_zero_set_before_the_loop_is_rendered_again_as_zero(tmp_path:
 
 
 # Folders whose loop texts read nothing after them (no tools); where the loop renders the
-# system prompt too (SmolLM3, Hermes), its text is the head's and the step takes the general path.
-APPENDABLE = [("llama3-cl100k", ""), ("llama3-cl100k", "Be brief."), ("smollm3-template", "")]
-APPENDABLE += [("hermes-2-pro-template", "")]
+# system prompt too (SmolLM3, Hermes), an empty one included, its text is the head's and the
+# step takes the general path.
+APPENDABLE = [("llama3-cl100k", None), ("llama3-cl100k", ""), ("llama3-cl100k", "Be brief.")]
+APPENDABLE += [("smollm3-template", None), ("hermes-2-pro-template", None)]
 
 
 @pytest.mark.parametrize(("folder", "system"), APPENDABLE)
 def test_a_usual_append_measures_the_new_text_alone(
-    folder: str, system: str, hf_folder: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+    folder: str,
+    system: str | None,
+    hf_folder: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """One plain message appended, the head as it was: the step neither renders nor runs the
     loop (``TemplateScheme._append``), tokenises one text, the new message's, and equals a

@@ -17,6 +17,8 @@ from ctxbudget.integrations._guard import ContextGuard
 from ctxbudget.messages.openai import request_from_openai
 
 TOKENIZER = "o200k_base"
+EXACT_TOKENIZER = "qwen3"
+"""A counter that is exact for its model: usage reports are checked against its counts."""
 SERVER_WINDOW = 4_000
 """The server's real context length; the adapters are configured with a larger one."""
 CONFIGURED_WINDOW = 8_000
@@ -86,6 +88,11 @@ class ScriptedModel:
     """The model and its server: step counter, window check, and a log of what it was sent."""
 
     window: int = SERVER_WINDOW
+    tokenizer: str = TOKENIZER
+    """The server's own counter (``qwen3``: an exact one, the adapter counting with it too)."""
+    uncached_only: bool = False
+    """Report only the uncached part of each prompt: a request that extends the last one
+    answered reports the tokens after it, as an adapter that drops the cached part would."""
     step: int = 0
     prompts: list[int] = field(default_factory=list)
     """Prompt tokens of every task request, in order (rejected ones included)."""
@@ -93,12 +100,14 @@ class ScriptedModel:
     """Indices into ``prompts`` of the requests rejected as over the window."""
     summaries: int = 0
     unpaired: list[str] = field(default_factory=list)
+    _cached: tuple[list[dict[str, Any]], int] = ([], 0)
+    """The messages of the last request answered and their prompt tokens (the cache)."""
 
     def respond(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """(HTTP status, JSON body) for one chat-completions request."""
         request = request_from_openai(body)
-        prompt = count_request(request, TOKENIZER).total
-        if request.system.startswith(SUMMARIZER_SYSTEM[:60]):
+        prompt = count_request(request, self.tokenizer).total
+        if (request.system or "").startswith(SUMMARIZER_SYSTEM[:60]):
             self.summaries += 1
             if prompt > self.window:
                 return 400, overflow_body(prompt, self.window)
@@ -109,15 +118,26 @@ class ScriptedModel:
             self.rejected.append(len(self.prompts) - 1)
             return 400, overflow_body(prompt, self.window)
         step, self.step = self.step, self.step + 1
+        reported = self._reported(body["messages"], prompt)
         if step >= TOOL_STEPS:
-            return 200, self._reply(prompt, content=FINAL_ANSWER, calls=())
+            return 200, self._reply(reported, content=FINAL_ANSWER, calls=())
         name, args = step_call(step)
         call = {
             "id": f"call_{step:03d}",
             "type": "function",
             "function": {"name": name, "arguments": json.dumps(args)},
         }
-        return 200, self._reply(prompt, content=None, calls=(call,))
+        return 200, self._reply(reported, content=None, calls=(call,))
+
+    def _reported(self, messages: list[dict[str, Any]], prompt: int) -> int:
+        """The prompt tokens the usage states: all of them, or only those after the cache."""
+        if not self.uncached_only:
+            return prompt
+        cached, cached_tokens = self._cached
+        self._cached = (messages, prompt)
+        if cached and messages[: len(cached)] == cached:
+            return max(1, prompt - cached_tokens)
+        return prompt
 
     def _check_pairs(self, messages: list[dict[str, Any]]) -> None:
         open_calls: set[str] = set()
@@ -141,7 +161,7 @@ class ScriptedModel:
         if calls:
             message["tool_calls"] = list(calls)
         out = request_from_openai({"messages": [message]})
-        completion = count_request(out, TOKENIZER).messages
+        completion = count_request(out, self.tokenizer).messages
         return {
             "id": f"chatcmpl-{len(self.prompts)}",
             "object": "chat.completion",
@@ -225,3 +245,16 @@ def check_long_loop(script: ScriptedModel, guard: ContextGuard) -> None:
     summary = guard.summaries[-1]
     assert ERROR_LINE in summary
     assert all(path in summary for path in FILES[:3])
+
+
+def check_under_reported_loop(script: ScriptedModel, guard: ContextGuard) -> None:
+    """What every adapter's long tool loop must show when the usage reports under-state the
+    prompt and the counter is exact: the reports were passed over (said once), and counting the
+    requests kept every one of them inside the server's window."""
+    assert script.accepted_steps() >= 40
+    assert script.rejected == [], [script.prompts[i] for i in script.rejected]
+    assert script.unpaired == []
+    assert guard.overflows == 0 and guard.compactions
+    gap = guard.usage_trust.passed_over
+    assert gap is not None and gap.reported < 0.9 * gap.counted
+    assert guard.sources["count"] > guard.sources["usage"]

@@ -22,11 +22,14 @@ from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from tests.integrations.scripted import (
     CONFIGURED_WINDOW,
+    EXACT_TOKENIZER,
     FINAL_ANSWER,
+    SERVER_WINDOW,
     TASK,
     TOKENIZER,
     ScriptedModel,
     check_long_loop,
+    check_under_reported_loop,
     read_file,
     run,
 )
@@ -113,3 +116,15 @@ def test_the_async_run_is_guarded_too() -> None:
     agent = _agent(script, middleware)
     state = asyncio.run(agent.ainvoke({"messages": [HumanMessage(TASK)]}, {"recursion_limit": 200}))
     _check(script, middleware, state)
+
+
+def test_a_usage_of_the_uncached_part_alone_is_passed_over() -> None:
+    """A chat model whose usage_metadata states only the uncached part of each prompt: with an
+    exact counter the reports are passed over, and the server never rejects a request."""
+    script = ScriptedModel(window=SERVER_WINDOW, tokenizer=EXACT_TOKENIZER, uncached_only=True)
+    middleware = ContextBudgetMiddleware(window=SERVER_WINDOW, tokenizer=EXACT_TOKENIZER)
+    state = _agent(script, middleware).invoke(
+        {"messages": [HumanMessage(TASK)]}, {"recursion_limit": 200}
+    )
+    assert state["messages"][-1].text == FINAL_ANSWER
+    check_under_reported_loop(script, middleware.guard)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +13,14 @@ import pytest
 from tests.integrations.chatserver import ChatServer, tool_result
 from tests.integrations.scripted import (
     CONFIGURED_WINDOW,
+    EXACT_TOKENIZER,
     FINAL_ANSWER,
+    SERVER_WINDOW,
     TASK,
     TOKENIZER,
     ScriptedModel,
     check_long_loop,
+    check_under_reported_loop,
     openai_tools,
     tool_output,
 )
@@ -181,3 +185,24 @@ def test_a_request_over_a_per_minute_limit_is_raised_not_compacted() -> None:
     assert len(server.requests) == 1  # neither compacted and resent nor retried
     assert guarded.guard.overflows == 0
     assert "\n" not in str(caught.value)
+
+
+def test_a_usage_of_the_uncached_part_alone_is_passed_over(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A server whose ``prompt_tokens`` leave out the cached prefix: with an exact counter the
+    reports are passed over (said once), and no request is rejected."""
+    script = ScriptedModel(window=SERVER_WINDOW, tokenizer=EXACT_TOKENIZER, uncached_only=True)
+    with ChatServer(script) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
+        guarded = guard_openai(client, window=SERVER_WINDOW, tokenizer=EXACT_TOKENIZER)
+        history: list[Any] = [
+            {"role": "system", "content": "You are a careful coding agent."},
+            {"role": "user", "content": TASK},
+        ]
+        with caplog.at_level(logging.WARNING, logger="ctxbudget"):
+            answer = _loop(guarded, history, stream=False)
+    assert answer == FINAL_ANSWER
+    check_under_reported_loop(script, guarded.guard)
+    said = [r.getMessage() for r in caplog.records if "usage report" in r.getMessage()]
+    assert len(said) == 1

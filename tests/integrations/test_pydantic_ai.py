@@ -3,8 +3,10 @@ rejects any request over its window with pydantic-ai's own overflow error and re
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
 from pydantic_ai import Agent
 from pydantic_ai import messages as pm
 from pydantic_ai.capabilities import ProcessHistory
@@ -13,11 +15,14 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage, UsageLimits
 from tests.integrations.scripted import (
     CONFIGURED_WINDOW,
+    EXACT_TOKENIZER,
     FINAL_ANSWER,
+    SERVER_WINDOW,
     TASK,
     TOKENIZER,
     ScriptedModel,
     check_long_loop,
+    check_under_reported_loop,
     read_file,
     run,
 )
@@ -65,7 +70,10 @@ def _openai_messages(messages: list[pm.ModelMessage]) -> list[dict[str, Any]]:
     return out
 
 
-def _model(script: ScriptedModel) -> FunctionModel:
+def _model(script: ScriptedModel, *, server_usage: bool = True) -> FunctionModel:
+    """The scripted server as a FunctionModel; without ``server_usage`` the reply carries no
+    usage and FunctionModel fills in its own (a word count of the messages)."""
+
     def respond(messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
         tools = [
             {
@@ -92,6 +100,8 @@ def _model(script: ScriptedModel) -> FunctionModel:
         if message["content"]:
             parts.append(pm.TextPart(message["content"]))
         usage = answer["usage"]
+        if not server_usage:
+            return pm.ModelResponse(parts=parts)
         return pm.ModelResponse(
             parts=parts,
             usage=RequestUsage(
@@ -105,9 +115,14 @@ def _model(script: ScriptedModel) -> FunctionModel:
 SYSTEM = "You are a careful coding agent."
 
 
-def _agent(script: ScriptedModel, capabilities: list[Any]) -> Agent[None, str]:
+def _agent(
+    script: ScriptedModel, capabilities: list[Any], *, server_usage: bool = True
+) -> Agent[None, str]:
     return Agent(
-        _model(script), system_prompt=SYSTEM, capabilities=capabilities, tools=[read_file, run]
+        _model(script, server_usage=server_usage),
+        system_prompt=SYSTEM,
+        capabilities=capabilities,
+        tools=[read_file, run],
     )
 
 
@@ -140,3 +155,20 @@ def test_an_agent_runs_a_long_tool_loop_inside_the_window() -> None:
     first = history[0]
     assert isinstance(first, pm.ModelRequest) and isinstance(first.parts[0], pm.UserPromptPart)
     assert str(first.parts[0].content).startswith(SUMMARY_HEADER)
+
+
+def test_a_word_count_usage_is_passed_over_with_an_exact_counter(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """FunctionModel's own usage counts words (about a third of the tokens here): taken as the
+    base, the run went over the model's window again and again. Against the exact count of the
+    same request it is passed over, said once, and the model never rejects a request."""
+    script = ScriptedModel(window=SERVER_WINDOW, tokenizer=EXACT_TOKENIZER)
+    processor = context_budget_processor(window=SERVER_WINDOW, tokenizer=EXACT_TOKENIZER)
+    agent = _agent(script, processor.capabilities(), server_usage=False)
+    with caplog.at_level(logging.WARNING, logger="ctxbudget"):
+        result = agent.run_sync(TASK, usage_limits=UsageLimits(request_limit=None))
+    assert result.output == FINAL_ANSWER
+    check_under_reported_loop(script, processor.guard)
+    said = [r.getMessage() for r in caplog.records if "usage report" in r.getMessage()]
+    assert len(said) == 1 and "counted" in said[0]

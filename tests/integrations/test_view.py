@@ -97,3 +97,34 @@ def test_a_system_prompt_sharing_an_item_with_the_task_is_the_system_prompt() ->
         view = translate(items, both)
         assert view.system == "Be brief." and view.lead == 0
         assert [m.text for m in view.messages if not m.is_summary] == ["t"]
+
+
+def test_an_empty_leading_system_message_is_an_empty_system_prompt_not_none() -> None:
+    """Kept as ``""`` (the template renders its empty turn); no system message is None."""
+    empty = [{"role": "system", "content": ""}, *ITEMS[1:]]
+    assert translate(empty, _read).system == "" and translate(empty, _read).lead == 1
+    assert translate(ITEMS[1:], _read).system is None
+
+
+def test_the_openai_sdk_guard_keeps_an_empty_system_message_and_drops_empty_instructions() -> None:
+    import openai
+
+    from ctxbudget.integrations.openai_sdk import CHAT, RESPONSES, _Conversation, guard_openai
+
+    client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="none", max_retries=0)
+    guarded = guard_openai(client, window=100_000, tokenizer="qwen3")
+    user = {"role": "user", "content": "task"}
+    cases = [
+        (CHAT, {"messages": [{"role": "system", "content": ""}, user]}, ""),
+        (CHAT, {"messages": [user]}, None),
+        (RESPONSES, {"input": [user], "instructions": ""}, None),  # the SDKs drop it
+        (RESPONSES, {"input": [{"role": "system", "content": ""}, user], "instructions": ""}, ""),
+        (
+            RESPONSES,
+            {"input": [{"role": "system", "content": ""}, user], "instructions": "Hi"},
+            "Hi",
+        ),
+    ]
+    for api, kwargs, system in cases:
+        *_, request = guarded.plan(_Conversation(api), {"model": "m", **kwargs})
+        assert request.system == system, kwargs

@@ -184,3 +184,14 @@ def test_too_deep_tool_input_is_a_format_error() -> None:
     with pytest.raises(MessageFormatError) as caught:
         messages_from_anthropic([{"role": "assistant", "content": [block]}])
     assert caught.value.path == "messages[0].content[0].input"
+
+
+@pytest.mark.parametrize("system", ["", [], [{"type": "text", "text": ""}]])
+def test_an_empty_anthropic_system_is_no_system_prompt(system: object) -> None:
+    """Anthropic has no system turn to leave empty: an empty ``system`` is none (None), as an
+    absent one is; a system prompt with text is kept."""
+    hi = [{"role": "user", "content": "hi"}]
+    assert request_from_anthropic({"system": system, "messages": hi}).system is None
+    assert request_from_anthropic({"messages": hi}).system is None
+    blocks = [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}]
+    assert request_from_anthropic({"system": blocks, "messages": hi}).system == "A\n\nB"

@@ -56,6 +56,20 @@ def test_leading_system_and_developer_messages_join_into_system() -> None:
     assert [m.role for m in request.messages] == ["user"]
 
 
+def test_an_empty_system_message_is_an_empty_system_prompt_not_none() -> None:
+    """An empty system message is kept ("": templates render its turn); no system message is
+    None; each writes back as it was read."""
+    empty = {"messages": [{"role": "system", "content": ""}, {"role": "user", "content": "hi"}]}
+    absent = {"messages": [{"role": "user", "content": "hi"}]}
+    assert request_from_openai(empty).system == ""
+    assert request_from_openai(absent).system is None
+    assert request_to_openai(request_from_openai(empty))["messages"] == empty["messages"]
+    assert request_to_openai(request_from_openai(absent))["messages"] == absent["messages"]
+    # Empty parts make a system prompt present without adding blank lines to it.
+    parts = [{"role": "system", "content": ""}, {"role": "developer", "content": "B"}]
+    assert request_from_openai({"messages": [*parts, *absent["messages"]]}).system == "B"
+
+
 def test_later_system_message_stays_in_place_as_tagged_user_message() -> None:
     body = {
         "messages": [
@@ -65,7 +79,7 @@ def test_later_system_message_stays_in_place_as_tagged_user_message() -> None:
         ]
     }
     request = request_from_openai(body)
-    assert request.system == ""
+    assert request.system is None  # no leading system message: no system prompt
     assert all(m.role != "system" for m in request.messages)
     injected = request.messages[1]
     assert (injected.role, injected.text, injected.meta) == (

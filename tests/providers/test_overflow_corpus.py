@@ -68,6 +68,15 @@ def test_the_structural_fallback_never_fires_on_the_other_errors(row: dict[str, 
     assert not is_structural_overflow(row["message"])
 
 
+def test_vllms_parenthesised_window_and_prompt_are_read() -> None:
+    # vllm-project/vllm#6514: the whole message, with the sentence about image inputs
+    text = next(row["message"] for row in ROWS if row["id"] == "c209")
+    error = classify_error(400, text, provider="vllm")
+    assert isinstance(error, ContextOverflowError)
+    assert (error.limit, error.prompt_tokens) == (8096, 14424)
+    assert "window 8,096 tokens, prompt 14,424 tokens" in str(error)
+
+
 # Wordings no table entry names, each in the shape real servers use.
 PARAPHRASES: list[tuple[str, int | None]] = [
     ("Error: prompt too long (9000 tokens, max 8192)", 8192),
@@ -82,6 +91,7 @@ PARAPHRASES: list[tuple[str, int | None]] = [
     ("Context length of the request is greater than the configured window", None),
     ("messages too long for this model: 131073 tokens exceeds 131072", 131072),
     ("Prompt exceeds the maximum number of input tokens this endpoint accepts", None),
+    ("Prompt of 9000 tokens is too long for this server (context size 8192).", 8192),
 ]
 
 

@@ -54,3 +54,19 @@ def llama3_server(
     model = write_gguf(llama3_folder, where / "llama3-tiny.gguf", pre="llama-bpe", seed=2)
     with LlamaServer(llama_server_binary, model, ctx=SERVER_CTX, log=where / "server.log") as s:
         yield s
+
+
+@pytest.fixture(scope="session")
+def smollm3_folder(hf_folder: Callable[[str], Path]) -> Path:
+    return hf_folder("smollm3-template")
+
+
+@pytest.fixture(scope="session")
+def smollm3_server(
+    llama_server_binary: Path, smollm3_folder: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LlamaServer]:
+    """llama-server on a random-weight GGUF around the SmolLM3 template (Qwen2.5 tokenizer)."""
+    where = tmp_path_factory.mktemp("llama")
+    model = write_gguf(smollm3_folder, where / "smollm3-tiny.gguf", pre="qwen2", seed=3)
+    with LlamaServer(llama_server_binary, model, ctx=SERVER_CTX, log=where / "server.log") as s:
+        yield s

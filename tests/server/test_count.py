@@ -99,7 +99,10 @@ def generated_request(seed: int) -> Request:
             messages.append(Message(role="assistant", content=_text(rng)))
     if messages[-1].role == "assistant":
         messages.append(Message(role="user", content=_text(rng)))
-    system = _text(rng) if rng.random() < 0.7 else ""
+    # A system prompt with text, none (None) or an empty one (an empty system turn): as the
+    # counting tier's generators (tests/counting/strategies.py, hf_oracle.py) draw them.
+    draw = rng.random()
+    system = _text(rng) if draw < 0.7 else None if draw < 0.85 else ""
     return Request(system=system, tools=tools, messages=tuple(messages), max_output_tokens=1)
 
 
@@ -145,6 +148,7 @@ def served(request: pytest.FixtureRequest) -> Callable[[str], tuple[Path, Served
 
 def test_the_generated_requests_cover_every_kind() -> None:
     kinds = {"tools": 0, "tool_calls": 0, "cjk": 0, "emoji": 0, "system": 0, "multi_turn": 0}
+    kinds |= {"no_system": 0, "empty_system": 0}
     for seed in range(REQUESTS):
         sent = generated_request(seed)
         text = json.dumps(request_to_openai(sent), ensure_ascii=False)
@@ -153,6 +157,8 @@ def test_the_generated_requests_cover_every_kind() -> None:
         kinds["cjk"] += any("\u4e00" <= ch <= "\u9fff" for ch in text)
         kinds["emoji"] += "🚀" in text or "🎉" in text
         kinds["system"] += bool(sent.system)
+        kinds["no_system"] += sent.system is None
+        kinds["empty_system"] += sent.system == ""
         kinds["multi_turn"] += sum(m.role == "user" for m in sent.messages) > 1
     assert min(kinds.values()) >= 10, kinds  # every kind of request is sent, many times
 

@@ -7,36 +7,29 @@ at any moment resumes from its archive with nothing acknowledged lost.
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxbudget.agent.compacting import (
-    adopt_window,
-    compact_under_line,
-    still_over_window,
-    undercount_scale,
+from ctxbudget.agent.budget_session import (
+    DEFAULT_MAX_COMPACTIONS_PER_TURN,
+    BudgetSession,
+    Reply,
+    SessionState,
 )
+from ctxbudget.agent.compacting import still_over_window, undercount_scale
 from ctxbudget.agent.events import CompactionRecord, EventSink, LoopEvent, SessionSummary, Trigger
-from ctxbudget.agent.settings import (
-    effective_max_output,
-    policy_for,
-    reply_reserve,
-    restored_compactions,
-)
-from ctxbudget.agent.silent import SilentOverflow, cut_reply, truncated_prompt
-from ctxbudget.budget.context import RequestCounterLike, context_tokens
-from ctxbudget.budget.floor import check_prompt_floor, one_line
-from ctxbudget.budget.rules import Checkpoint, Policy, validate_window
+from ctxbudget.agent.settings import restored_compactions
+from ctxbudget.budget.context import RequestCounterLike, UsageTrust
+from ctxbudget.budget.rules import Checkpoint, Policy, SessionEvidence
 from ctxbudget.errors import CompactionError, ConfigError, ContextOverflowError, ProviderError
 from ctxbudget.messages.model import Message, Request, ToolCall, ToolSpec
 from ctxbudget.providers.base import Completion, Provider
 
 if TYPE_CHECKING:
     from ctxbudget.compaction.archive import Archive, ArchiveState
-    from ctxbudget.compaction.strategies import CompactionResult
     from ctxbudget.compaction.summarizer import Summarizer
+    from ctxbudget.messages.usage import Usage
 
 __all__ = [
     "DEFAULT_MAX_COMPACTIONS_PER_TURN",
@@ -47,10 +40,6 @@ __all__ = [
 
 ToolExecutor = Callable[[ToolCall], str]
 
-# 3: enough for one compaction before a request, one after a long tool step and one on
-# overflow; a cap at all makes a compaction loop impossible (Codex users reported 111
-# compactions in one turn).
-DEFAULT_MAX_COMPACTIONS_PER_TURN = 3
 # 32 model calls without a final answer is a runaway tool loop, not a task.
 DEFAULT_MAX_STEPS_PER_TURN = 32
 
@@ -65,7 +54,8 @@ def _default_counter(name: str) -> RequestCounterLike:
 class Agent:
     """One chat session on a `Provider`, kept inside the window by a trigger rule.
 
-    ``window`` defaults to the provider's. ``policy`` is a rule name (``ctxbudget`` by default)
+    ``system`` is the system prompt (None: none; ``""`` an empty system message). ``window``
+    defaults to the provider's. ``policy`` is a rule name (``ctxbudget`` by default)
     or a `Policy`. ``tools`` are executed by ``tool_executor``. Events go to ``on_event`` and,
     with the messages, usage and compactions, to ``archive``.
     """
@@ -74,7 +64,7 @@ class Agent:
         self,
         provider: Provider,
         *,
-        system: str = "",
+        system: str | None = None,
         tools: Sequence[ToolSpec] = (),
         window: int | None = None,
         policy: str | Policy = "ctxbudget",
@@ -93,20 +83,29 @@ class Agent:
         if chosen is None:
             raise ConfigError(f"no window for provider {provider.name!r}; pass window=N tokens")
         self.provider = provider
-        self.window = validate_window(chosen)
-        self.configured_window = self.window
-        self._policy_spec = policy
-        self._max_output_setting = max_output_tokens
-        self.policy = policy_for(policy, self.window, self.max_output_tokens)
-        self.strategy = strategy
         if counter is None or isinstance(counter, str):
             counter = _default_counter(counter or provider.tokenizer or "ctxbudget")
         self.counter: RequestCounterLike = counter
+        self.session = BudgetSession(
+            window=chosen,
+            counter=counter,
+            policy=policy,
+            strategy=strategy,
+            archive=archive,
+            max_output_tokens=max_output_tokens,
+            max_compactions_per_turn=max_compactions_per_turn,
+            on_event=lambda kind, data: self._emit(kind, **data),
+            served_window=provider.served_window,
+            provider_name=provider.name,
+            base_url=getattr(provider, "base_url", None),
+        )
+        """The budget: window, rule, learned reserve, cap, overflows and compactions."""
+        self.configured_window = self.session.configured_window
+        self.strategy = strategy
         self.summarizer = summarizer if summarizer is not None else _summarizer_of(provider)
         self.tool_executor = tool_executor
         self.archive = archive
         self.on_event = on_event
-        self.max_compactions_per_turn = max_compactions_per_turn
         self.max_steps_per_turn = max_steps_per_turn
         self.system = system
         self.tools = tuple(tools)
@@ -116,15 +115,6 @@ class Agent:
         self.history: list[Message] = []
         """Everything ever said in the session, compacted or not."""
         self.turn = 0
-        self.compaction_id: str | None = None
-        self.compactions: list[CompactionRecord] = []
-        self.overflows = 0
-        self.max_request_tokens = 0
-        self.largest_reply = 0
-        """The largest reply so far: the ``ctxbudget`` rule keeps at least this much free."""
-        self.floor_tokens = 0
-        self._turn_compactions = 0
-        self._floor_checked = False
         self._sent = Request()
         """The request last sent (what the server's usage reports on)."""
         self._built: Request | None = None
@@ -138,7 +128,64 @@ class Agent:
     @property
     def max_output_tokens(self) -> int:
         """The reply limit each request asks for: as configured, else a share of the window."""
-        return effective_max_output(self.window, self._max_output_setting)
+        return self.session.max_output_tokens
+
+    # The budget's numbers live in `self.session`; these read them where they always were.
+
+    @property
+    def window(self) -> int:
+        """The window in force (the configured one, or a smaller one the server showed)."""
+        return self.session.window
+
+    @property
+    def policy(self) -> Policy:
+        """The rule in force for the window."""
+        return self.session.policy
+
+    @property
+    def compaction_id(self) -> str | None:
+        """The compaction the view is the result of (None before the first)."""
+        return self.session.compaction_id
+
+    @property
+    def compactions(self) -> list[CompactionRecord]:
+        """Every compaction so far, in order."""
+        return self.session.compactions
+
+    @property
+    def overflows(self) -> int:
+        """Requests the server refused as too long, or overflowed silently."""
+        return self.session.overflows
+
+    @property
+    def max_request_tokens(self) -> int:
+        """The largest prompt a server reported."""
+        return self.session.max_request_tokens
+
+    @property
+    def largest_reply(self) -> int:
+        """The largest reply so far (``learned.largest_reply``)."""
+        return self.session.learned.largest_reply
+
+    @property
+    def learned(self) -> SessionEvidence:
+        """The largest reply and step so far: the ``ctxbudget`` rule keeps that much free."""
+        return self.session.learned
+
+    @property
+    def floor_tokens(self) -> int:
+        """System prompt + tools, as last counted."""
+        return self.session.floor_tokens
+
+    @property
+    def usage_trust(self) -> UsageTrust:
+        """What the server's usage reports proved: a truncation, or a report passed over."""
+        return self.session.usage_trust
+
+    @property
+    def max_compactions_per_turn(self) -> int:
+        """The cap on pressure compactions in one turn."""
+        return self.session.max_compactions_per_turn
 
     # -- the request ---------------------------------------------------------------------
 
@@ -171,24 +218,11 @@ class Agent:
 
     def context_tokens(self) -> int:
         """The next request's size, usage-first (the provider's last count + what came since)."""
-        estimate = context_tokens(self.request(), self.counter, compaction_id=self.compaction_id)
-        return estimate.tokens
+        return self.session.estimate(self.request()).tokens
 
     def check_floor(self) -> None:
         """Raise `PromptFloorExceeded` when system + tools + reply reserve exceed the window."""
-        request = self.request()
-        count = self.counter.count(request)
-        self.floor_tokens = count.floor
-        reserve = reply_reserve(self.policy, self.window, self.max_output_tokens)
-        check_prompt_floor(
-            count,
-            self.window,
-            reserve,
-            provider_name=self.provider.name,
-            base_url=getattr(self.provider, "base_url", None),
-            request=request,
-        )
-        self._floor_checked = True
+        self.session.check_floor(self.request())
 
     # -- events and records --------------------------------------------------------------
 
@@ -213,7 +247,7 @@ class Agent:
     def run_turn(self, text: str) -> Message:
         """Send one user message and run the model (and its tools) to a final answer."""
         self.turn += 1
-        self._turn_compactions = 0
+        self.session.begin_turn(self.turn)
         self._emit("turn", user_chars=len(text))
         self._add(Message(role="user", content=text))
         return self._run()
@@ -229,7 +263,7 @@ class Agent:
         """Complete an interrupted turn: run missing tool calls, then ask the model again."""
         if not self.pending():
             return None
-        self._turn_compactions = 0
+        self.session.begin_turn(self.turn)
         # Killed between parallel tool results: answer the calls still open, in order.
         caller = next((m for m in reversed(self.messages) if m.role == "assistant"), None)
         if caller is not None and caller.tool_calls:
@@ -237,7 +271,7 @@ class Agent:
         return self._run()
 
     def _run(self) -> Message:
-        if not self._floor_checked:
+        if not self.session.floor_checked:
             self.check_floor()
         for _ in range(self.max_steps_per_turn):
             self._maybe_compact("before_request")
@@ -281,25 +315,24 @@ class Agent:
         return self.provider.complete(request)
 
     def _call(self) -> Message:
+        session = self.session
         try:
             completion = self._send()
         except ContextOverflowError as exc:
-            self._overflowed(exc)
+            session.overflowed(exc)
             self._compact("context_overflow", scale=self._undercount(exc))
             completion = self._resend()
         else:
-            cut = cut_reply(
-                completion.usage,
-                completion.stop_reason,
-                asked=self._sent.max_output_tokens or self.max_output_tokens,
-                window=self.window,
-            )
-            if cut is not None:  # the reply is dropped: it was cut by a window, not finished
-                self._silent_overflow(cut, completion.usage.input_tokens, "length")
+            found = Reply(completion.usage, completion.stop_reason)
+            if session.cut(self._sent, found) is not None:
+                # The reply is dropped: it was cut by a window, not finished.
                 self._compact("context_overflow")
                 completion = self._resend()
         reply = self._record(completion)
-        self._check_truncation(completion)
+        # A prompt the server silently shortened: its window is adopted and the view compacted
+        # (the reply stays: the server answered the newest messages, which truncation keeps).
+        if session.check_truncation(self._sent, completion.usage) is not None:
+            self._compact("context_overflow")
         return reply
 
     def _resend(self) -> Completion:
@@ -307,65 +340,22 @@ class Agent:
         try:
             return self._send()
         except ContextOverflowError as again:
-            self._overflowed(again)
+            self.session.overflowed(again)
             raise CompactionError(f"turn {self.turn}: {still_over_window(again)}") from again
-
-    def _check_truncation(self, completion: Completion) -> None:
-        """A prompt the server silently shortened: adopt its size and compact (the reply stays:
-        the server answered the newest messages, which truncation keeps)."""
-        count = self.counter.count(self._sent)
-        if count.kind != "exact":
-            return  # an estimate's error is larger than the gap this looks for
-        found = truncated_prompt(completion.usage, count.total)
-        if found is not None:
-            self._silent_overflow(found, completion.usage.input_tokens, "truncated")
-            self._compact("context_overflow")
 
     def _undercount(self, exc: ContextOverflowError) -> float:
         """Our count over the server's, when the server said how long the prompt was (< 1)."""
         return undercount_scale(self.counter.count(self.request()).total, exc.prompt_tokens)
 
-    def _overflowed(self, exc: ContextOverflowError) -> None:
-        self._count_overflow(
-            limit=exc.limit, prompt_tokens=exc.prompt_tokens, message=one_line(str(exc))
-        )
-        if exc.limit is not None:
-            self._adopt_window(exc.limit, "the server stated its real context length")
-
-    def _silent_overflow(self, found: SilentOverflow, prompt_tokens: int, silent: str) -> None:
-        self._count_overflow(
-            limit=found.limit, prompt_tokens=prompt_tokens, message=found.reason, silent=silent
-        )
-        self._adopt_window(found.limit, found.reason)
-
-    def _count_overflow(self, **data: Any) -> None:
-        self.overflows += 1
-        if self.archive is not None:
-            self.archive.append_meta({"overflows": self.overflows})
-        self._emit("overflow", **data)
-
-    def _adopt_window(self, limit: int, reason: str) -> None:
-        adopted = adopt_window(
-            limit, self.window, self._policy_spec, self._max_output_setting, self.archive
-        )
-        if adopted is None:
-            return
-        old = self.window
-        self.window, self.policy = adopted
-        self._emit("window_changed", old=old, window=self.window, reason=reason)
-        self.check_floor()
-
     def _record(self, completion: Completion) -> Message:
-        usage = dataclasses.replace(
-            completion.usage,
-            compaction_id=self.compaction_id,
-            timestamp=completion.usage.timestamp or time.time(),
+        # The prompt as the rule counted it (the view is still the request sent), so the next
+        # check measures the step's growth on the same count it compares with the line.
+        usage = self.session.record(
+            completion.usage, prompt_tokens=self.context_tokens(), archive=False
         )
         reply = dataclasses.replace(completion.message, usage=usage)
-        self.max_request_tokens = max(self.max_request_tokens, usage.input_tokens)
-        self.largest_reply = max(self.largest_reply, usage.output_tokens)
         self._add(reply)
-        if self.archive is not None:
+        if self.archive is not None:  # after its message, as a resumed session reads them
             self.archive.append_usage(usage, len(self.history) - 1)
         self._emit("usage", input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
         return reply
@@ -373,60 +363,37 @@ class Agent:
     # -- compaction ------------------------------------------------------------------------
 
     def _maybe_compact(self, *checkpoints: Checkpoint) -> None:
-        if not any(c in self.policy.checked for c in checkpoints):
-            return
-        tokens = self.context_tokens()
-        if not self.policy.fires_in_session(tokens, self.window, largest_reply=self.largest_reply):
-            return
-        if self._turn_compactions >= self.max_compactions_per_turn:
-            self._emit("capped", tokens=tokens, cap=self.max_compactions_per_turn)
-            return
-        self._compact("context_pressure")
+        if self.session.should_compact(self.request(), checkpoints):
+            self._compact("context_pressure")
 
-    def _compact(self, trigger: Trigger, *, scale: float = 1.0) -> CompactionResult:
+    def _compact(self, trigger: Trigger, *, scale: float = 1.0) -> None:
         """Compact the view; ``scale`` < 1 lowers the line when our counter proved low."""
-        # The cap binds pressure compactions (`_maybe_compact`); an overflow compaction is
-        # already bounded (once per request, then a clear error) and is the only way forward.
-        self._turn_compactions += 1
-        result, record = compact_under_line(
-            self.request(),
-            self.counter,
-            policy=self.policy,
-            window=self.window,
-            max_output=self.max_output_tokens,
-            strategy=self.strategy,
-            summarizer=self.summarizer,
-            number=len(self.compactions) + 1,
-            trigger=trigger,
-            turn=self.turn,
-            scale=scale,
+        compacted = self.session.compact(
+            self.request(), trigger, scale=scale, summarizer=self.summarizer
         )
-        self.messages = result.messages
-        self.compaction_id = result.compaction_id
-        self.compactions.append(record)
-        if self.archive is not None:
-            self.archive.append_compaction(result, trigger=trigger, extra={"turn": self.turn})
-            # One key per compaction, so a resumed session still lists them all.
-            self.archive.append_meta({f"compaction.{len(self.compactions)}": record.to_json()})
-        self._emit("compaction", **record.to_json())
-        return result
+        self.messages = compacted.messages
 
     def restore(self, state: ArchiveState) -> None:
         """Continue the session ``state`` records (from ``Archive(path).resumed``)."""
         self.messages = tuple(state.view)
         self.history = list(state.history)
-        self.compaction_id = state.compaction_id
         self.turn = sum(1 for m in state.history if m.role == "user" and not m.is_summary)
         meta = state.meta
         window = meta.get("window")
-        if isinstance(window, int) and not isinstance(window, bool) and window > 0:
-            self.window = window
-            self.policy = policy_for(self._policy_spec, window, self.max_output_tokens)
+        if not (isinstance(window, int) and not isinstance(window, bool) and window > 0):
+            window = self.window
         overflows = meta.get("overflows")
-        self.overflows = overflows if isinstance(overflows, int) else 0
-        self.compactions = restored_compactions(meta)
-        self.max_request_tokens = max((u.input_tokens for _, u in state.usage), default=0)
-        self.largest_reply = max((u.output_tokens for _, u in state.usage), default=0)
+        self.session.apply(
+            SessionState(
+                window=window,
+                compaction_id=state.compaction_id,
+                compactions=tuple(restored_compactions(meta)),
+                overflows=overflows if isinstance(overflows, int) else 0,
+                learned=_learned_from(u for _, u in state.usage),
+                max_request_tokens=max((u.input_tokens for _, u in state.usage), default=0),
+                turn=self.turn,
+            )
+        )
 
     # -- summary ---------------------------------------------------------------------------
 
@@ -445,6 +412,21 @@ class Agent:
             compactions=tuple(self.compactions),
             configured_window=self.configured_window,
         )
+
+
+def _learned_from(usages: Iterable[Usage]) -> SessionEvidence:
+    """What an archived session taught the rule: its calls' usage in order, a change of
+    compaction id between two calls being a compaction (the archive keeps no local counts, so
+    the provider's prompt sizes stand in; an all-zero report teaches nothing about growth)."""
+    learned, compaction_id = SessionEvidence(), None
+    for usage in usages:
+        if usage.compaction_id != compaction_id:
+            learned = learned.after_compaction()
+        compaction_id = usage.compaction_id
+        learned = learned.after_call(usage.input_tokens, usage.output_tokens)
+        if usage.input_tokens == 0:  # no prompt size (llama.cpp): no step to measure from it
+            learned = learned.after_compaction()
+    return learned
 
 
 def _summarizer_of(provider: Provider) -> Summarizer | None:

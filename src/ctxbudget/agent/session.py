@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ctxbudget.budget.rules import MAX_WINDOW
 from ctxbudget.compaction.archive import Archive, ArchiveState
 from ctxbudget.errors import ArchiveError
 
@@ -62,8 +63,8 @@ def open_archive(
         archive.close()
 
 
-MAX_STORED_WINDOW = 100_000_000
-"""100M tokens: ten times the largest window on offer (Llama 4 Scout's 10M)."""
+MAX_STORED_WINDOW = MAX_WINDOW
+"""100M tokens: the largest window `validate_window` accepts."""
 
 
 def _check_stored(

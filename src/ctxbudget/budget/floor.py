@@ -44,8 +44,9 @@ def floor_parts(request: Request, count: Callable[[str], int]) -> list[tuple[str
 
 def request_floor_parts(request: Request, result: RequestCount) -> list[tuple[str, int]]:
     """Floor parts in the counter's own tokens: the system prompt as counted, and the tools'
-    total shared out by the length of each tool's JSON."""
-    parts = [("system prompt", result.system)] if request.system else []
+    total shared out by the length of each tool's JSON. The system part is listed whenever it
+    costs tokens: an empty system turn's framing, a template's default prompt (Qwen2.5)."""
+    parts = [("system prompt", result.system)] if result.system else []
     lengths = [len(_tool_text(tool)) for tool in request.tools]
     total = sum(lengths)
     if total:

@@ -16,8 +16,10 @@ from ctxbudget.errors import ConfigError, InvalidWindowError, UnknownNameError
 __all__ = [
     "DEFAULT_COMPACTION_RESERVE",
     "DEFAULT_REPLY_RESERVE",
+    "LEARNED_GROWTH_SHARE",
     "LEARNED_REPLY_FLOOR",
     "LEARNED_REPLY_SHARE",
+    "MAX_WINDOW",
     "POLICY_NAMES",
     "REPLY_RESERVE_CAP",
     "Checkpoint",
@@ -28,6 +30,7 @@ __all__ = [
     "OpenCodePolicy",
     "PiPolicy",
     "Policy",
+    "SessionEvidence",
     "default_compaction_reserve",
     "default_max_output",
     "get_policy",
@@ -66,6 +69,13 @@ LEARNED_REPLY_SHARE = 2
 # floor fired before Codex's 90% line at 32K and 64K with no fewer late segments
 # (bench/replay_rules.md), while 1,024 matched it without a late one.
 LEARNED_REPLY_FLOOR = 1_024
+# The margin learned from the context's own growth (the largest jump between two calls) stops at
+# a quarter of the window. A compaction aims at half the room under the line
+# (`compaction.strategies.compaction_target`), so it leaves the context near W/2; a margin of at
+# most W/4 keeps the learned line at 3/4 W or above, a quarter of the window clear of what a
+# compaction leaves, so one absurd jump (a 300K tool result) cannot make the rule fire on every
+# step. It still covers the jump that made the rule late on a real 200K session (~28K, 14%).
+LEARNED_GROWTH_SHARE = 4
 
 
 def default_max_output(window: int) -> int:
@@ -78,20 +88,79 @@ def default_compaction_reserve(window: int) -> int:
     return max(1, min(DEFAULT_COMPACTION_RESERVE, validate_window(window) // COMPACTION_SHARE))
 
 
-def validate_window(window: object, what: str = "window") -> int:
-    """``window`` as a positive int; anything else raises `InvalidWindowError`."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionEvidence:
+    """What a session has shown the rule so far, updated call by call (pure: each step returns
+    a new value). The agent loop and the replay both learn through it, so they learn alike.
+
+    A step's growth is the prompt of one call less the prompt of the call before it: the reply
+    of that call plus whatever came after it (tool results, the next user message). It contains
+    the reply, so the rule keeps the larger of the two free, never their sum. A compaction's drop
+    is not growth: `after_compaction` forgets the last prompt, and a negative jump teaches nothing.
+    """
+
+    largest_reply: int = 0
+    """The largest reply (output tokens) of any call so far."""
+    largest_growth: int = 0
+    """The largest growth of the prompt between two consecutive calls so far."""
+    last_prompt: int | None = None
+    """The prompt tokens of the last call (None: no call yet, or a compaction since)."""
+
+    def seeing(self, prompt_tokens: int) -> SessionEvidence:
+        """The evidence once a request of ``prompt_tokens`` is counted, before it is sent: the
+        jump into it is already seen (its check must cover a jump of that size again)."""
+        if self.last_prompt is None or prompt_tokens - self.last_prompt <= self.largest_growth:
+            return self
+        return dataclasses.replace(self, largest_growth=prompt_tokens - self.last_prompt)
+
+    def after_call(self, prompt_tokens: int, reply_tokens: int) -> SessionEvidence:
+        """The evidence after a call that sent ``prompt_tokens`` and got ``reply_tokens``."""
+        seen = self.seeing(prompt_tokens)
+        return SessionEvidence(
+            largest_reply=max(seen.largest_reply, reply_tokens),
+            largest_growth=seen.largest_growth,
+            last_prompt=prompt_tokens,
+        )
+
+    def after_compaction(self) -> SessionEvidence:
+        """The evidence after a compaction: what was learned stays (the session's tools and
+        replies did not change), but the next prompt is not compared with the one before."""
+        return dataclasses.replace(self, last_prompt=None)
+
+
+MAX_WINDOW = 100_000_000
+"""The largest window accepted: 100M tokens, ten times the largest on offer (Llama 4 Scout's
+10M). A larger number is a typo or a corrupt file, and replay keeps counts as 8-byte integers."""
+
+
+def validate_window(
+    window: object, what: str = "window", *, fix: str = "pass the model's context length"
+) -> int:
+    """``window`` as an int in 1..`MAX_WINDOW`; anything else raises `InvalidWindowError`, whose
+    message names ``what`` and says how to ``fix`` it."""
     if isinstance(window, bool) or not isinstance(window, int | float):
         raise InvalidWindowError(
             f"{what} must be a positive integer number of tokens, got {type(window).__name__} "
-            f"{window!r}"
+            f"{_shown(window)}; {fix}"
         )
     if isinstance(window, float) and not (math.isfinite(window) and window.is_integer()):
-        raise InvalidWindowError(f"{what} must be a whole number of tokens, got {window!r}")
+        raise InvalidWindowError(f"{what} must be a whole number of tokens, got {window!r}; {fix}")
     if window <= 0:
+        raise InvalidWindowError(f"{what} must be positive, got {_shown(int(window))}; {fix}")
+    if window > MAX_WINDOW:
         raise InvalidWindowError(
-            f"{what} must be positive, got {int(window)}; pass the model's context length"
+            f"{what} must be at most {MAX_WINDOW:,} tokens, got {_shown(window)}; {fix}"
         )
     return int(window)
+
+
+def _shown(value: object) -> str:
+    """``value`` as a message quotes it: a huge integer by its size (its digits could run to
+    pages, and Python refuses to print more than 4,300 of them), anything else cut short."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length():,} bits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
 
 
 def _tokens(value: object, what: str, *, allow_none: bool = False) -> None:
@@ -127,17 +196,30 @@ class Policy:
         return None
 
     def fires_in_session(
-        self, tokens: int, window: int, *, largest_reply: int = 0, max_output: int | None = None
+        self,
+        tokens: int,
+        window: int,
+        *,
+        largest_reply: int = 0,
+        largest_growth: int = 0,
+        max_output: int | None = None,
     ) -> bool:
-        """`fires`, for a rule that learns from the session so far: ``largest_reply`` is the
-        largest reply it has seen, ``max_output`` the request's max output when known. Only
-        ``ctxbudget`` learns; the harnesses' rules keep their fixed lines."""
+        """`fires`, for a rule that learns from the session so far: ``largest_reply`` and
+        ``largest_growth`` are the largest reply and step it has seen (`SessionEvidence`),
+        ``max_output`` the request's max output when known. Only ``ctxbudget`` learns; the
+        harnesses' rules keep their fixed lines."""
         return self.fires(tokens, window)
 
     def threshold_in_session(
-        self, window: int, *, largest_reply: int = 0, max_output: int | None = None
+        self,
+        window: int,
+        *,
+        largest_reply: int = 0,
+        largest_growth: int = 0,
+        max_output: int | None = None,
     ) -> int:
-        """`threshold`, once the session has shown replies of up to ``largest_reply``."""
+        """`threshold`, once the session has shown replies of up to ``largest_reply`` and steps
+        of up to ``largest_growth``."""
         return self.threshold(window)
 
     def compacts_every_request(self, window: int) -> bool:
@@ -333,6 +415,10 @@ class CtxbudgetPolicy(Policy):
       than the largest reply seen so far (up to W/2), since a model that once replied with 29K
       tokens may again. With a max output known the fixed reserves are its floor; with none
       known (a replayed trace) the replies seen are the evidence, over a 1,024-token floor.
+    - The context's own growth is learned as well: never less free than the largest jump
+      between two calls seen so far (up to W/4), so that a step as large as one already seen
+      (a 28K tool result) cannot carry the context past the window between two checks. A
+      step contains its reply, so the two are not added: the larger one is kept.
       The compaction reserve, min(2,048, W/16) unless set, holds the summarizer's instructions;
       its summary uses the reply reserve. Both shrink in small windows, so a 4,096-token server
       still leaves room for a conversation.
@@ -378,16 +464,24 @@ class CtxbudgetPolicy(Policy):
         return self.reserve_in_session(window)
 
     def reserve_in_session(
-        self, window: int, *, largest_reply: int = 0, max_output: int | None = None
+        self,
+        window: int,
+        *,
+        largest_reply: int = 0,
+        largest_growth: int = 0,
+        max_output: int | None = None,
     ) -> int:
         """What must stay free before the next call, once the session has shown replies of up
-        to ``largest_reply`` tokens.
+        to ``largest_reply`` tokens and steps of up to ``largest_growth``.
 
         The next call is a request, whose reply may be as large as the largest so far, or a
-        compaction, whose instructions and summary the fixed reserves hold. So: the larger of
-        reply + compaction reserve and the largest reply (the latter up to W/2). When neither
-        the request nor the rule sets a max output and the session has replied, the reply
-        reserve is `LEARNED_REPLY_FLOOR` (the largest reply then speaks for itself).
+        compaction, whose instructions and summary the fixed reserves hold; the step after the
+        request (reply plus tool results) may grow the context as much as the largest step so
+        far before the rule is checked again. So: the largest of reply + compaction reserve,
+        the largest reply (up to W/2) and the largest step (up to W/4). A step holds its reply,
+        so the two are alternatives, not a sum. When neither the request nor the rule sets a
+        max output and the session has replied, the reply reserve is `LEARNED_REPLY_FLOOR`
+        (the largest reply then speaks for itself).
         """
         if largest_reply > 0 and max_output is None and self.max_output is None:
             # No max output known: the replies seen so far are the evidence, with a floor.
@@ -395,24 +489,49 @@ class CtxbudgetPolicy(Policy):
         else:
             reply = self.reply_reserve(window, max_output=max_output)
         fixed = reply + self.compaction_reserve_for(window)
-        return max(fixed, min(largest_reply, validate_window(window) // LEARNED_REPLY_SHARE))
+        w = validate_window(window)
+        return max(
+            fixed,
+            min(largest_reply, w // LEARNED_REPLY_SHARE),
+            min(largest_growth, w // LEARNED_GROWTH_SHARE),
+        )
 
     def threshold(self, window: int) -> int:
         return self.threshold_in_session(window)
 
     def threshold_in_session(
-        self, window: int, *, largest_reply: int = 0, max_output: int | None = None
+        self,
+        window: int,
+        *,
+        largest_reply: int = 0,
+        largest_growth: int = 0,
+        max_output: int | None = None,
     ) -> int:
-        """The line once the session has shown ``largest_reply`` (see `reserve_in_session`)."""
+        """The line once the session has shown ``largest_reply`` and ``largest_growth`` (see
+        `reserve_in_session`)."""
         reserve = self.reserve_in_session(
-            window, largest_reply=largest_reply, max_output=max_output
+            window,
+            largest_reply=largest_reply,
+            largest_growth=largest_growth,
+            max_output=max_output,
         )
         return validate_window(window) - reserve
 
     def fires_in_session(
-        self, tokens: int, window: int, *, largest_reply: int = 0, max_output: int | None = None
+        self,
+        tokens: int,
+        window: int,
+        *,
+        largest_reply: int = 0,
+        largest_growth: int = 0,
+        max_output: int | None = None,
     ) -> bool:
-        line = self.threshold_in_session(window, largest_reply=largest_reply, max_output=max_output)
+        line = self.threshold_in_session(
+            window,
+            largest_reply=largest_reply,
+            largest_growth=largest_growth,
+            max_output=max_output,
+        )
         return tokens > line
 
 

@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ctxbudget.errors import MessageFormatError
 from ctxbudget.messages.usage import Usage
 
 __all__ = [
+    "FAR_BELOW_MIN_TOKENS",
+    "FAR_BELOW_SHARE",
+    "PromptGap",
+    "prompt_gap",
     "usage_from_anthropic",
     "usage_from_any",
     "usage_from_deepseek",
@@ -21,6 +26,52 @@ __all__ = [
     "usage_from_openai",
     "usage_from_openai_responses",
 ]
+
+
+FAR_BELOW_SHARE = 0.9
+"""A reported prompt under 90% of our exact count of the same request is far below it.
+
+Exact counts match llama.cpp's and vLLM's to the token (tests/server), so an honest report is
+never 10% short: a server's BOS token or the reply primer our count of an earlier request leaves
+out are a few tokens, and a cached prefix reported in full is no gap at all. Reports that are
+not a count of the whole prompt miss by far more: pydantic-ai's ``FunctionModel`` counts words
+(about a third of the tokens of code and logs), a report of the uncached part alone misses the
+whole cached prefix. One bound for every reader of such a gap (``context_tokens``, the loop's
+truncation check), so none of them sees a gap the others miss."""
+FAR_BELOW_MIN_TOKENS = 32
+"""...and at least this many tokens short, so a tiny prompt's few-token template slack (a
+server that adds or drops a BOS, say) never counts as a gap."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptGap:
+    """A usage report whose prompt is far below our exact count of the request it reports on."""
+
+    reported: int
+    """The prompt tokens the report states."""
+    counted: int
+    """Our exact count of the same request."""
+
+    @property
+    def reason(self) -> str:
+        """One line for the user: what was reported, what was counted, what ctxbudget does."""
+        return (
+            f"a usage report gave a {self.reported:,}-token prompt where ctxbudget counted "
+            f"{self.counted:,} exactly for the same request: such a report is not the whole "
+            "prompt (a word count, or only its uncached part), so ctxbudget counts the request "
+            "itself wherever a report is that far below (said once per session)"
+        )
+
+
+def prompt_gap(reported: int, counted: int) -> PromptGap | None:
+    """The gap when a reported prompt is far below ``counted``, our exact count of the same
+    request (`FAR_BELOW_SHARE`, `FAR_BELOW_MIN_TOKENS`); None when it is not, or when either
+    is not a count at all (0)."""
+    if reported <= 0 or counted <= 0:
+        return None
+    if reported >= counted * FAR_BELOW_SHARE or counted - reported < FAR_BELOW_MIN_TOKENS:
+        return None
+    return PromptGap(reported=reported, counted=counted)
 
 
 def _mapping(value: object, path: str) -> Mapping[str, Any]:

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 from rich.table import Table
 
+from ctxbudget.budget.rules import validate_window
 from ctxbudget.errors import ConfigError
 from ctxbudget.replay.analyze import ReplayResult, replay_file, write_json
 from ctxbudget.replay.replay import WindowReplay, recorded_compactions
@@ -76,11 +77,11 @@ def _run(
 
 
 def _session_files(paths: tuple[str, ...], scan: bool) -> list[str]:
-    from ctxbudget.replay.corpus import find_sessions, scan_roots
+    from ctxbudget.replay.corpus import find_sessions, has_wildcard, scan_roots
 
     if not paths and not scan:
         raise ConfigError("give a session file, a folder or a glob, or --scan")
-    if len(paths) == 1 and not scan and not os.path.isdir(paths[0]) and not _globby(paths[0]):
+    if len(paths) == 1 and not scan and not os.path.isdir(paths[0]) and not has_wildcard(paths[0]):
         return [paths[0]]  # one file: its own errors (no such file, ...) say what is wrong
     roots = [str(r) for r in scan_roots()] if scan else []
     if scan and not roots:
@@ -94,10 +95,6 @@ def _session_files(paths: tuple[str, ...], scan: bool) -> list[str]:
     for warning in missing:
         click.echo(f"warning: {warning}", err=True)
     return [str(f) for f in found]
-
-
-def _globby(text: str) -> bool:
-    return any(c in text for c in "*?[")
 
 
 def _size(path: str) -> int:
@@ -313,6 +310,7 @@ def replay_command(
     table per session and an aggregate per rule.
     """
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s", stream=sys.stderr)
+    windows = tuple(validate_window(w, "--window") for w in windows)  # before any file is read
     params = dict(_param(p) for p in param_texts)
     files = _session_files(paths, scan)
     if len(files) != 1 or scan or len(paths) != 1 or os.path.isdir(paths[0]):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -38,7 +40,7 @@ def run_corpus(
 ) -> None:
     """Replay ``files`` in worker processes and print the corpus report."""
     err = Console(stderr=True)
-    with tempfile.TemporaryDirectory(prefix="ctxbudget-replay-") as tmp:
+    with _ended_by_signals(), tempfile.TemporaryDirectory(prefix="ctxbudget-replay-") as tmp:
         jobs = [Job(f, fmt, windows, rules, params, tmp if as_json else None) for f in files]
         summaries = _replay(jobs, err, workers)
         if not summaries:
@@ -57,6 +59,27 @@ def run_corpus(
             write_corpus_json(summaries, sys.stdout)
         else:
             _tables(summaries)
+
+
+@contextmanager
+def _ended_by_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the run the way Ctrl-C does, unwinding it: the workers stop and the
+    temporary folder of session documents is removed. (Python's default for them ends the
+    process on the spot and leaves the folder behind.)"""
+
+    def end(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)  # the shell's code for a process ended by that signal
+
+    chosen = (signal.SIGTERM, signal.SIGHUP)
+    try:
+        previous = {s: signal.signal(s, end) for s in chosen}
+    except ValueError:  # not the main thread (the CLI run from a library's thread): as before
+        previous = {}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _replay(jobs: list[Job], err: Console, workers: int | None) -> list[SessionSummary]:

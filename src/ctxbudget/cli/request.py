@@ -62,22 +62,50 @@ def _table(count: RequestCount) -> Table:
     return table
 
 
+def _server_count(
+    request: Request, server: str, tokenizer: str | None, model: str | None
+) -> RequestCount:
+    """The llama.cpp server's own count: its template, its tokenizer, exact."""
+    if tokenizer or model:
+        raise ConfigError(
+            "--server counts with the server's own template; drop --tokenizer/--model"
+        )
+    from ctxbudget.providers.llamacpp_count import LlamaCppCounter  # loads the openai SDK
+
+    counter = LlamaCppCounter(server)
+    try:
+        return counter.count(request)
+    finally:
+        counter.close()
+
+
 @click.command("request")
 @click.argument("source", metavar="REQUEST.json")
 @click.option("--tokenizer", help="A tokenizer or estimator: qwen3, qwen2.5, cl100k_base, hf:PATH.")
 @click.option("--model", help="Pick the counter from a model name, e.g. gpt-4o, qwen3-8b.")
+@click.option(
+    "--server",
+    metavar="URL",
+    help="Ask this llama.cpp server (llama-server --jinja) to render and tokenise the request.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def request_command(source: str, tokenizer: str | None, model: str | None, as_json: bool) -> None:
+def request_command(
+    source: str, tokenizer: str | None, model: str | None, server: str | None, as_json: bool
+) -> None:
     """Count a whole request body (OpenAI or Anthropic shape) the way the server does.
 
     \b
     Examples:
       ctxbudget request body.json --tokenizer qwen3
       cat body.json | ctxbudget request - --model gpt-4o --json
+      ctxbudget request body.json --server http://127.0.0.1:8080 --json
     """
     request = parse_request_json(read_text(source), source)
-    name = choose_counter_name(tokenizer, model, request)
-    count = count_request(request, name, model=model or request.model)
+    if server is not None:
+        count = _server_count(request, server, tokenizer, model)
+    else:
+        name = choose_counter_name(tokenizer, model, request)
+        count = count_request(request, name, model=model or request.model)
     if as_json:
         click.echo(json.dumps(request_json(count, request)))
     else:

@@ -88,8 +88,9 @@ class RequestCounter:
         """The reply primer's tokens (a built-in scheme's; a template counts its own)."""
         if not isinstance(scheme, TemplateScheme):
             self.kind, self._generation = scheme.kind, scheme.generation()
-        self._system: str | None = None
-        self._tools: tuple[ToolSpec, ...] = ()
+        self._head_of: tuple[str | None, tuple[ToolSpec, ...]] | None = None
+        """The system prompt and tools ``_head`` was counted for; None before the first count
+        (a system prompt of None is a request without one, not "not counted yet")."""
         self._head = (0, 0)
         self._messages: tuple[Message, ...] = ()
         self._pivot = NO_PIVOT
@@ -109,7 +110,12 @@ class RequestCounter:
 
     def count(self, request: Request) -> RequestCount:
         """The count of ``request``, equal to ``count_request`` with the same counter."""
-        same_head = request.system == self._system and alike(self._tools, request.tools)
+        head_of = self._head_of
+        same_head = (
+            head_of is not None
+            and request.system == head_of[0]
+            and alike(head_of[1], request.tools)
+        )
         if (  # a loop's usual step first: one message appended, the head as it was
             same_head and extends(request, self._messages) and self._append_one(request.messages)
         ):
@@ -125,7 +131,7 @@ class RequestCounter:
             return result
         if not same_head:
             self._head = scheme.head(request)
-            self._system, self._tools = request.system, request.tools
+            self._head_of = (request.system, request.tools)
         self._update_messages(scheme, request)
         return self._result(request)
 

@@ -45,7 +45,9 @@ class EstimateScheme:
         return "estimate"
 
     def head(self, request: Request) -> tuple[int, int]:
-        system = MESSAGE_OVERHEAD + self.counter.count(request.system) if request.system else 0
+        # An empty system message pays the message overhead, as an empty user message does.
+        text = request.system
+        system = MESSAGE_OVERHEAD + self.counter.count(text) if text is not None else 0
         if not request.tools:
             return system, 0
         schemas = "\n".join(tojson(tool_dict(t)) for t in request.tools)

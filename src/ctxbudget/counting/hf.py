@@ -22,6 +22,8 @@ from ctxbudget.errors import InputError
 from ctxbudget.tokens.hf_folder import folder_root, folder_tokens, read_json
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ctxbudget.counting.sandbox import Limits
 
 _T = TypeVar("_T")
@@ -95,17 +97,74 @@ def environment() -> Any:
 
 @functools.lru_cache(maxsize=32)
 def compile_template(source: str) -> Any:
-    """The template compiled in :func:`environment` (cached by source)."""
+    """The template compiled in :func:`environment` (cached by source); one longer than
+    ``MAX_TEMPLATE_CHARS``, with more parse-tree nodes than ``MAX_TEMPLATE_NODES`` or nested
+    deeper than ``MAX_TEMPLATE_DEPTH`` is refused before it compiles (unbounded, a 2.5 MB
+    template took 18 s and 1.4 GB)."""
     from jinja2 import TemplateError
 
-    from ctxbudget.counting.sandbox import bound_template
+    from ctxbudget.counting.sandbox import MAX_TEMPLATE_CHARS, bound_template
 
+    if len(source) > MAX_TEMPLATE_CHARS:
+        raise InputError(_too_long(f"chat template is {len(source):,} characters"))
+    env = environment()
     try:
-        return bound_template(environment().from_string(source))
+        tree = env.parse(source)
+        _check_tree(tree)
+        return bound_template(env.from_string(tree))
+    except InputError:
+        raise
+    except RecursionError as exc:  # Jinja's parser recurses per bracket, before the depth check
+        raise InputError(_too_deep("too deeply for Python's recursion limit")) from exc
+    except MemoryError:  # from None: the failed compile's frames are freed at once
+        size = f"{len(source):,} characters (at most {MAX_TEMPLATE_CHARS:,})"
+        raise InputError(
+            f"chat template ran out of memory compiling its {size}; shorten it"
+        ) from None
     except TemplateError as exc:
         raise InputError(f"chat template does not compile: {_first_line(exc)}") from exc
     except Exception as exc:  # the template is untrusted text: any parser failure is its own
-        raise InputError(f"chat template does not compile: {type(exc).__name__}") from exc
+        what = f"{type(exc).__name__}: {_first_line(exc)}"  # SyntaxError: too many nested blocks
+        raise InputError(f"chat template does not compile: {what}") from exc
+
+
+def _too_long(what: str) -> str:
+    from ctxbudget.counting.sandbox import MAX_TEMPLATE_CHARS
+
+    return (
+        f"{what}, over the limit of {MAX_TEMPLATE_CHARS:,}; shorten it (real chat templates"
+        " are under 100 KB)"
+    )
+
+
+def _too_deep(how: str) -> str:
+    from ctxbudget.counting.sandbox import MAX_TEMPLATE_DEPTH
+
+    return (
+        f"chat template nests blocks, brackets and expressions {how} (at most"
+        f" {MAX_TEMPLATE_DEPTH} levels; real chat templates nest under 30); flatten it"
+    )
+
+
+def _check_tree(tree: Any) -> None:
+    """Refuse a parse tree with over ``MAX_TEMPLATE_NODES`` nodes or nested deeper than
+    ``MAX_TEMPLATE_DEPTH`` (walked without recursion: ``a + a + ...`` parses in a loop into a
+    tree as deep as it is long)."""
+    from ctxbudget.counting.sandbox import MAX_TEMPLATE_DEPTH, MAX_TEMPLATE_NODES
+
+    stack, nodes = [(tree, 1)], 0
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1
+        if depth > MAX_TEMPLATE_DEPTH:
+            raise InputError(_too_deep(f"over {MAX_TEMPLATE_DEPTH} levels deep"))
+        if nodes > MAX_TEMPLATE_NODES:
+            raise InputError(
+                f"chat template has over {MAX_TEMPLATE_NODES:,} blocks, expressions and text"
+                " pieces (Jinja parse-tree nodes; real chat templates have under 1,500);"
+                " simplify it"
+            )
+        stack.extend((child, depth + 1) for child in node.iter_child_nodes())
 
 
 def _first_line(exc: BaseException) -> str:
@@ -214,7 +273,7 @@ def load_folder_template(folder: str) -> FolderTemplate:
     variables = folder_tokens(str(root)).template_variables()
     jinja_file = root / "chat_template.jinja"
     if jinja_file.is_file():
-        text = jinja_file.read_text(encoding="utf-8", errors="replace")
+        text = _read_template_file(jinja_file)
         return FolderTemplate(templates=(("", text),), variables=variables)
     templates = _named_templates(config.get("chat_template"))
     if templates is None:
@@ -223,6 +282,21 @@ def load_folder_template(folder: str) -> FolderTemplate:
             " tokenizer_config.json"
         )
     return FolderTemplate(templates=templates, variables=variables)
+
+
+def _read_template_file(path: Path) -> str:
+    """``path``'s text, refused unread when it is over ``MAX_TEMPLATE_CHARS`` bytes (and never
+    more read than that, should it grow meanwhile)."""
+    from ctxbudget.counting.sandbox import MAX_TEMPLATE_CHARS
+
+    size, data = path.stat().st_size, b""
+    if size <= MAX_TEMPLATE_CHARS:
+        with path.open("rb") as file:
+            data = file.read(MAX_TEMPLATE_CHARS + 1)
+        size = len(data)
+    if size > MAX_TEMPLATE_CHARS:
+        raise InputError(_too_long(f"{path}: {size:,} bytes"))
+    return data.decode("utf-8", errors="replace")
 
 
 def packaged_template(name: str) -> str:

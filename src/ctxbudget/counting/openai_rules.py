@@ -102,10 +102,13 @@ class OpenAIScheme:
         return tokens
 
     def head(self, request: Request) -> tuple[int, int]:
-        system = self._turn("system", request.system) if request.system else 0
+        # An empty system message is still a message: it pays its framing, as an empty user
+        # message does, and the tools share that framing.
+        text = request.system
+        system = self._turn("system", text) if text is not None else 0
         if not request.tools:
             return system, 0
-        discount = TOOLS_SYSTEM_DISCOUNT if request.system else 0
+        discount = TOOLS_SYSTEM_DISCOUNT if text is not None else 0
         return system, self.counter.count(tools_text(request.tools)) + TOOLS_OVERHEAD - discount
 
     def pivot(self, messages: Sequence[Message], start: int = 0, previous: int = NO_PIVOT) -> int:

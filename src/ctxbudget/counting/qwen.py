@@ -94,11 +94,13 @@ def _call_text(call: ToolCall, *, raw_strings: bool) -> str:
 
 
 def qwen3_head(request: Request) -> tuple[str, str]:
-    """System part and tools part of a Qwen3 prompt; the tools' system-turn framing is tools'."""
+    """System part and tools part of a Qwen3 prompt; the tools' system-turn framing is tools'.
+    An empty system prompt is a system turn (``messages[0].role == 'system'``), none is none."""
+    system = request.system
     if not request.tools:
-        return (_turn("system", request.system) if request.system else ""), ""
-    if request.system:
-        return f"<|im_start|>system\n{request.system}\n\n", _tools_block(request)
+        return (_turn("system", system) if system is not None else ""), ""
+    if system is not None:
+        return f"<|im_start|>system\n{system}\n\n", _tools_block(request)
     return "", "<|im_start|>system\n" + _tools_block(request)
 
 
@@ -259,8 +261,9 @@ def qwen3_generation(enable_thinking: bool = True) -> str:
 
 
 def qwen25_head(request: Request) -> tuple[str, str]:
-    """System part (the default system prompt when none is given) and tools part."""
-    system = request.system or QWEN25_DEFAULT_SYSTEM
+    """System part (the default system prompt when none is given, not when it is empty: the
+    template tests the first message's role, not its text) and tools part."""
+    system = QWEN25_DEFAULT_SYSTEM if request.system is None else request.system
     if not request.tools:
         return _turn("system", system), ""
     return f"<|im_start|>system\n{system}\n\n", _tools_block(request)

@@ -4,6 +4,11 @@ Jinja's ``ImmutableSandboxedEnvironment`` blocks attribute escapes but not ``'x'
 ``9 ** 999999``, ``lipsum(10**7)`` or nested loops. Here every operator, call, filter and
 string join that can grow a value is checked before it runs, and a watchdog thread interrupts a
 render that passes its deadline (it raises in the rendering thread, so pure-Python loops stop).
+
+Compiling is bounded too: :func:`ctxbudget.counting.hf.compile_template` refuses a template
+longer than ``MAX_TEMPLATE_CHARS``, larger than ``MAX_TEMPLATE_NODES`` or nested deeper than
+``MAX_TEMPLATE_DEPTH``, and nothing of a template runs while it compiles (no constant folding:
+see :class:`BoundedSandbox`).
 """
 
 from __future__ import annotations
@@ -36,6 +41,21 @@ MAX_INT_BITS = 4096
 """Largest integer an operator may produce (``9 ** 999999`` is refused, ``2 ** 64`` is fine)."""
 MAX_ARGUMENT = 1_000_000
 """Largest integer a call or filter may take (widths, counts, ``lipsum(n)``)."""
+
+MAX_TEMPLATE_CHARS = 256 * 2**10
+"""Longest template source (characters; bytes for ``chat_template.jinja``): 2.5 times the
+largest known real ones (some Mistral and Qwen3.5 templates, under 100 KB; the 71 of llama.cpp's
+``models/templates`` are all under 17 KB). Plain text costs little to compile; code is bounded
+by ``MAX_TEMPLATE_NODES``."""
+MAX_TEMPLATE_NODES = 32_768
+"""Most nodes of Jinja's parse tree (each block, expression, name and text piece is one).
+Compile time and memory grow with them (Python compiles the code Jinja writes for each): at
+this limit the worst measured (``{{x}}`` repeated) took 1.8 s of CPU and 0.3 GB at peak. Real
+templates have 100 to 1,300 (Kimi-K3's 15 KB the most of llama.cpp's 71; at most 140 a KB)."""
+MAX_TEMPLATE_DEPTH = 64
+"""Deepest nesting of blocks and expressions (nodes of Jinja's parse tree, the root counting
+one): its parser and code generator recurse per level, and so does Python's ``compile``. Real
+templates nest 12 to 29 deep (DeepSeek V3.2/V4 the deepest of llama.cpp's 71)."""
 
 _T = TypeVar("_T")
 _WIDTH = re.compile(r"\d{7,}")  # a format width/precision of a million or more
@@ -177,6 +197,8 @@ def _bounded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     checked = name in ("indent", "replace", "join", "format")
 
     def bounded(*args: Any, **kwargs: Any) -> Any:
+        if getattr(_current, "compiling", False):  # Jinja folding constants: run it at render
+            raise _refuse(f"the filter {name!r} while compiling")
         if len(args) == 1 and not kwargs and not checked:  # the value alone (trim, length)
             return _check_size(func(*args))
         values = [a for a in args if not isinstance(a, _CONTEXTS)]
@@ -246,9 +268,23 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
+        # No constant folding while compiling: Jinja's optimizer walks each expression again at
+        # every level of it (a chain of 300 filters took 20 s to compile), and a filter folded
+        # at compile time runs outside any deadline and is written into the code (each
+        # `{{ 'x' | center(999999) }}` added 1 MB). Filters refuse to run in `compile`.
+        self.optimized = False
         self.filters = {name: _bounded_filter(name, f) for name, f in self.filters.items()}
         self.concat = _bounded_join("".join)  # type: ignore[method-assign]
         self.globals["lipsum"] = bounded_lipsum
+
+    def compile(self, *args: Any, **kwargs: Any) -> Any:
+        """Jinja's ``compile`` (of a source or a parse tree), with no filter run meanwhile:
+        Jinja evaluates a constant ``{{ 'x' | f(...) }}`` as it compiles unless it fails."""
+        _current.compiling = True
+        try:
+            return super().compile(*args, **kwargs)
+        finally:
+            _current.compiling = False
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         """Jinja's ``getattr`` (an attribute, else the item), without its failed attribute

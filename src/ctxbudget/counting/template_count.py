@@ -58,7 +58,7 @@ class LoopStep:
     plan: LoopPlan
     memo: LoopMemo
     frame: Frame
-    system: str
+    system: str | None
     start: int
     """The loop is given ``listed[start:]``."""
     head: tuple[int, int]
@@ -107,10 +107,10 @@ class PieceCache:
             self.chars.append(total)
         self.dicts += made
         self.messages = new
-        system = self.system
-        if request.system and (system is None or system["content"] != request.system):
-            system = self.system = {"role": "system", "content": request.system}
-        heads = [system] if request.system and system is not None else []
+        system, text = self.system, request.system
+        if text is not None and (system is None or system["content"] != text):
+            system = self.system = {"role": "system", "content": text}
+        heads = [system] if text is not None and system is not None else []
         self.version += 1
         if head != len(heads) or (heads and listed[0] is not system):
             listed[:] = [*heads, *self.dicts]
@@ -141,7 +141,7 @@ class PieceCache:
         return self.tools
 
     def input_chars(self, request: Request) -> int:
-        return len(request.system) + (self.chars[-1] if self.chars else 0)
+        return len(request.system or "") + (self.chars[-1] if self.chars else 0)
 
     def trim(self) -> None:
         """Forget the piece counts when there are too many (the next step re-tokenises)."""
@@ -241,7 +241,7 @@ class TemplateScheme:
             counted = self._count_by_loop(plan, source, request, messages, tools, cache, chars)
             if counted is not None:
                 return counted
-        head = messages[:1] if request.system else []
+        head = messages[:1] if request.system is not None else []  # the system dict
         full = self.render(messages, tools, source=source, limits=Limits(input_chars=chars))
         pieces = self.tokenizer.pieces(full)
         counts = self._counts(pieces, cache)
@@ -330,7 +330,7 @@ class TemplateScheme:
         if not suffix or not self._apart(frame, memo):
             memo.frame = None
             return None
-        h = 1 if request.system else 0
+        h = 1 if request.system is not None else 0  # the system dict
         lead = max(0, h - offset)  # the system prompt's own loop text (0 or 1 of them)
         fixes = memo.seam_fixes(lambda text: self._tokens(text, cache)) if memo.bad else {}
         lead_tokens = memo.counts.items[0] if lead else 0

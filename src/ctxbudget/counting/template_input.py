@@ -79,8 +79,10 @@ def message_dict(message: Message) -> dict[str, Any]:
 
 
 def template_messages(request: Request) -> list[dict[str, Any]]:
-    """The messages list for a template: the system prompt first when it is not empty."""
-    head = [{"role": "system", "content": request.system}] if request.system else []
+    """The messages list for a template: the system prompt first when there is one (an empty
+    one too: the template renders its turn, as transformers does for an empty system message)."""
+    system = request.system
+    head = [{"role": "system", "content": system}] if system is not None else []
     return [*head, *(message_dict(m) for m in request.messages)]
 
 

@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 
 from ctxbudget.compaction.handoff import SUMMARY_HEADER
 from ctxbudget.integrations._guard import ADAPTER_META_PREFIX
-from ctxbudget.messages.model import Message
+from ctxbudget.messages.model import Message, join_system
 from ctxbudget.messages.usage import Usage
 
 __all__ = ["SOURCE_KEY", "Substitution", "Translated", "UsageMemory", "translate"]
@@ -28,7 +28,8 @@ class Translated(Generic[Item]):
     """A framework list as our messages; ``per_item[i]`` are the messages of ``items[i]``."""
 
     items: tuple[Item, ...]
-    system: str
+    system: str | None
+    """The leading system messages joined; None when there is none (an empty one is ``""``)."""
     messages: tuple[Message, ...]
     per_item: tuple[tuple[Message, ...], ...]
     lead: int = 0
@@ -74,7 +75,7 @@ def translate(
     pydantic-ai keeps the system prompt in the first request, next to the user's task.
     """
     per_item: list[tuple[Message, ...]] = []
-    system: list[str] = []
+    system: list[str | None] = []
     lead = 0
     started = not lead_system
     for i, item in enumerate(items):
@@ -91,7 +92,7 @@ def translate(
         if got and not kept and lead == i:
             lead = i + 1
     messages = tuple(m for group in per_item for m in group)
-    return Translated(tuple(items), "\n\n".join(system), messages, tuple(per_item), lead)
+    return Translated(tuple(items), join_system(system), messages, tuple(per_item), lead)
 
 
 def _same(a: Sequence[Message], b: Sequence[Message]) -> bool:

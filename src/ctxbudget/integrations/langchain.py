@@ -16,7 +16,15 @@ from typing import Any, Unpack
 from ctxbudget.integrations import require
 from ctxbudget.integrations._guard import ContextGuard, GuardOptions, overflow_of
 from ctxbudget.integrations._view import Translated, translate
-from ctxbudget.messages.model import ImagePart, Message, Request, TextPart, ToolCall, ToolSpec
+from ctxbudget.messages.model import (
+    ImagePart,
+    Message,
+    Request,
+    TextPart,
+    ToolCall,
+    ToolSpec,
+    join_system,
+)
 from ctxbudget.messages.openai import image_detail, image_from_url, request_from_openai
 from ctxbudget.messages.usage import Usage
 
@@ -70,7 +78,7 @@ class ContextBudgetMiddleware(AgentMiddleware):
         self.guard = ContextGuard(window=window, **options)
         self.summary_model = summary_model
         self._model: Any = summary_model
-        self._system = ""
+        self._system: str | None = None
         self._tools: tuple[ToolSpec, ...] = ()
 
     # -- before_model: compact the state -----------------------------------------------------
@@ -80,77 +88,58 @@ class ContextBudgetMiddleware(AgentMiddleware):
         if self._model is None:
             return None  # before the first model call: `wrap_model_call` knows the whole request
         view = translate(state["messages"], _read)
-        self.guard.summarizer = _Summarizer(self._model)
-        compacted = self.guard.prepare(self._request(view))
-        if compacted is None:
-            return None
-        return _replace_all(view.back_whole(compacted.messages, _rebuild))
+        request = self._request(view)
+        compacted = self.guard.prepare(request, summarizer=_Summarizer(self._model), new_turn=True)
+        return _state_update(view, request, compacted)
 
     async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         """`before_model` for async runs; the summary call runs on the caller's event loop."""
         if self._model is None:
             return None
         view = translate(state["messages"], _read)
-        self.guard.summarizer = _LoopSummarizer(self._model, asyncio.get_running_loop())
-        compacted = await asyncio.to_thread(self.guard.prepare, self._request(view))
-        if compacted is None:
-            return None
-        return _replace_all(view.back_whole(compacted.messages, _rebuild))
+        request = self._request(view)
+        summarizer = _LoopSummarizer(self._model, asyncio.get_running_loop())
+        compacted = await asyncio.to_thread(
+            self.guard.prepare, request, summarizer=summarizer, new_turn=True
+        )
+        return _state_update(view, request, compacted)
 
     # -- wrap_model_call: the full request, overflow recovery, usage ---------------------------
 
     def wrap_model_call(self, request: ModelRequest, handler: Handler) -> Any:
         """Send ``request`` inside the window; on overflow compact, retry once, persist."""
         view, ours = self._learn(request)
-        self.guard.summarizer = _Summarizer(self._model)
-        compacted = self.guard.prepare(ours)
-        if compacted is not None:
-            view, ours, request = self._apply(view, request, compacted)
-        try:
-            response = handler(request)
-        except Exception as error:
-            overflow = overflow_of(error, known=isinstance(error, LangChainOverflow))
-            if overflow is None:
-                raise
-            view, ours, request = self._apply(view, request, self.guard.recover(ours, overflow))
-            compacted = ours
+        sending = _Sending(view, ours, request)
+
+        def send(sent: Request) -> Any:
             try:
-                response = handler(request)
-            except Exception as again:
-                if overflow_of(again, known=isinstance(again, LangChainOverflow)) is None:
-                    raise
-                raise self.guard.retry_failed(again) from again
-        return self._finish(response, view if compacted is not None else None)
+                return handler(sending.model_request(sent))
+            except Exception as error:
+                raise _overflow(error) or error from error
+
+        response = self.guard.run(ours, send, summarizer=_Summarizer(self._model))
+        return self._finish(response, sending.compacted)
 
     async def awrap_model_call(self, request: ModelRequest, handler: AsyncHandler) -> Any:
         """`wrap_model_call` for async runs."""
         view, ours = self._learn(request)
-        self.guard.summarizer = _LoopSummarizer(self._model, asyncio.get_running_loop())
-        compacted = await asyncio.to_thread(self.guard.prepare, ours)
-        if compacted is not None:
-            view, ours, request = self._apply(view, request, compacted)
-        try:
-            response = await handler(request)
-        except Exception as error:
-            overflow = overflow_of(error, known=isinstance(error, LangChainOverflow))
-            if overflow is None:
-                raise
-            recovered = await asyncio.to_thread(self.guard.recover, ours, overflow)
-            view, ours, request = self._apply(view, request, recovered)
-            compacted = ours
+        sending = _Sending(view, ours, request)
+
+        async def send(sent: Request) -> Any:
             try:
-                response = await handler(request)
-            except Exception as again:
-                if overflow_of(again, known=isinstance(again, LangChainOverflow)) is None:
-                    raise
-                raise self.guard.retry_failed(again) from again
-        return self._finish(response, view if compacted is not None else None)
+                return await handler(sending.model_request(sent))
+            except Exception as error:
+                raise _overflow(error) or error from error
+
+        summarizer = _LoopSummarizer(self._model, asyncio.get_running_loop())
+        response = await self.guard.arun(ours, send, summarizer=summarizer)
+        return self._finish(response, sending.compacted)
 
     # -- helpers ---------------------------------------------------------------------------------
 
     def _request(self, view: Translated[AnyMessage]) -> Request:
         return Request(
-            system="\n\n".join(s for s in (self._system, view.system) if s),
+            system=join_system((self._system, view.system)),
             tools=self._tools,
             messages=view.messages,
             max_output_tokens=self.guard.max_output_tokens,
@@ -158,19 +147,12 @@ class ContextBudgetMiddleware(AgentMiddleware):
 
     def _learn(self, request: ModelRequest) -> tuple[Translated[AnyMessage], Request]:
         """Remember the system prompt, tools and model for `before_model` and the summaries."""
-        self._system = request.system_prompt or ""
+        self._system = request.system_prompt  # "": langchain sends an empty system message
         self._tools = _tool_specs(request.tools)
         if self.summary_model is None:
             self._model = request.model
         view = translate(request.messages, _read)
         return view, self._request(view)
-
-    def _apply(
-        self, view: Translated[AnyMessage], request: ModelRequest, compacted: Request
-    ) -> tuple[Translated[AnyMessage], Request, ModelRequest]:
-        messages = view.back_whole(compacted.messages, _rebuild)
-        new_view = translate(messages, _read)
-        return new_view, self._request(new_view), request.override(messages=messages)
 
     def _finish(self, response: Any, compacted: Translated[AnyMessage] | None) -> Any:
         """Stamp the reply's usage; with a compaction, persist the compacted state as well."""
@@ -188,7 +170,38 @@ class ContextBudgetMiddleware(AgentMiddleware):
         stamp = {"compaction_id": self.guard.compaction_id, "timestamp": time.time()}
         message.response_metadata = {**message.response_metadata, STAMP_KEY: stamp}
         if usage is not None:
-            self.guard.stamp(usage)
+            self.guard.record(usage)
+
+
+class _Sending:
+    """One model call's request as sent: the original, or a compacted one mapped back to the
+    agent's messages (every compacted message carries the index of its item in ``view``)."""
+
+    def __init__(self, view: Translated[AnyMessage], ours: Request, request: ModelRequest) -> None:
+        self.view = view
+        self.ours = ours
+        self.request = request
+        self.compacted: Translated[AnyMessage] | None = None
+        """The compacted messages last sent, to persist in the agent's state."""
+
+    def model_request(self, sent: Request) -> ModelRequest:
+        if sent.messages is self.ours.messages:
+            return self.request
+        messages = self.view.back_whole(sent.messages, _rebuild)
+        self.compacted = translate(messages, _read)
+        return self.request.override(messages=messages)
+
+
+def _state_update(
+    view: Translated[AnyMessage], request: Request, compacted: Request
+) -> dict[str, Any] | None:
+    if compacted.messages is request.messages:
+        return None
+    return _replace_all(view.back_whole(compacted.messages, _rebuild))
+
+
+def _overflow(error: Exception) -> Exception | None:
+    return overflow_of(error, known=isinstance(error, LangChainOverflow))
 
 
 # -- translation -----------------------------------------------------------------------------
@@ -330,4 +343,5 @@ class _LoopSummarizer(_Summarizer):
 
 
 def _summary_messages(request: Request) -> list[BaseMessage]:
-    return [SystemMessage(content=request.system), HumanMessage(content=request.messages[0].text)]
+    system = [] if request.system is None else [SystemMessage(content=request.system)]
+    return [*system, HumanMessage(content=request.messages[0].text)]

@@ -16,7 +16,7 @@ from ctxbudget.integrations import require
 from ctxbudget.integrations._guard import ContextGuard, GuardOptions, overflow_of
 from ctxbudget.integrations._responses import as_item, read_item, rebuild_item
 from ctxbudget.integrations._view import Substitution, Translated, UsageMemory, translate
-from ctxbudget.messages.model import Request, ToolSpec
+from ctxbudget.messages.model import Request, ToolSpec, join_system
 
 require("agents", "openai-agents", "ctxbudget.integrations.openai_agents")
 
@@ -73,22 +73,35 @@ class ContextBudgetFilter:
         view = translate(self._substitution.apply(full), read_item)
         request = self._request(view, data.model_data.instructions, data.agent)
         self._learn_model(data.agent)
-        compacted = await self._guarded("prepare", request)
-        if compacted is not None:
-            view, request = self._compacted(full, view, compacted), compacted
+        compacted = await asyncio.to_thread(
+            self.guard.prepare, request, summarizer=self._summarizer(), new_turn=True
+        )
+        if compacted.messages is not request.messages:
+            # The request is read again from the new view: an overflow's recovery maps its
+            # messages back through that view, by the item indices it holds.
+            view = self._compacted(full, view, compacted)
+            request = self._request(view, data.model_data.instructions, data.agent)
         out = ModelInputData(input=list(view.items), instructions=data.model_data.instructions)
         self._memory.sent = view.messages
         self._last = (out, full, request, view)
         return out
 
     async def retry(self, context: RetryPolicyContext) -> bool | RetryDecision:
-        """A retry policy: after an overflow, compact the failed input in place and retry once."""
+        """A retry policy: after an overflow, compact the failed input in place and retry once.
+
+        A second overflow of the same input raises `CompactionError`, as every adapter does.
+        """
         overflow = overflow_of(context.error)
-        if overflow is None or self._last is None or context.attempt > 1:
+        if overflow is None or self._last is None:
             return False
+        if context.attempt > 1:
+            # Not counted again: the runner reports this overflow's own numbers (see
+            # `BudgetSession`'s notes, 4).
+            raise self.guard.fail(context.error, count=False) from context.error
         out, full, request, view = self._last
-        compacted = await self._guarded("recover", request, overflow)
-        assert compacted is not None  # recover compacts or raises
+        compacted = await asyncio.to_thread(
+            self.guard.recover, request, overflow, summarizer=self._summarizer()
+        )
         view = self._compacted(full, view, compacted)
         out.input[:] = list(view.items)  # the runner resends this very list
         self._memory.sent = view.messages
@@ -96,8 +109,13 @@ class ContextBudgetFilter:
         return RetryDecision(retry=True, delay=0.0, reason="compacted after a context overflow")
 
     def retry_settings(self) -> ModelRetrySettings:
-        """``ModelSettings(retry=...)`` for `retry`: one retry, right away."""
-        return ModelRetrySettings(max_retries=1, backoff={"initial_delay": 0.0}, policy=self.retry)
+        """``ModelSettings(retry=...)`` for `retry`: one retry, right away.
+
+        ``max_retries`` is 2 so that the SDK asks `retry` about the second failure too (it
+        skips the policy past ``max_retries``): `retry` answers that one itself, raising
+        `CompactionError` for a second overflow and declining anything else.
+        """
+        return ModelRetrySettings(max_retries=2, backoff={"initial_delay": 0.0}, policy=self.retry)
 
     def run_config(self, **kwargs: Any) -> RunConfig:
         """A ``RunConfig`` with this filter and its retry (``hooks`` go to ``Runner.run``)."""
@@ -111,7 +129,7 @@ class ContextBudgetFilter:
         self, view: Translated[Item], instructions: str | None, agent: Agent[Any]
     ) -> Request:
         return Request(
-            system="\n\n".join(s for s in (instructions or "", view.system) if s),
+            system=join_system((instructions or None, view.system)),  # empty instructions: none
             tools=_tool_specs(agent),
             messages=self._memory.attach(view.messages),
             max_output_tokens=self.guard.max_output_tokens,
@@ -121,12 +139,9 @@ class ContextBudgetFilter:
         if self.summary_model is None and isinstance(agent.model, Model):
             self._model = agent.model
 
-    async def _guarded(self, step: str, *args: Any) -> Request | None:
-        """A guard step off the event loop; its summary call comes back to this loop."""
-        loop = asyncio.get_running_loop()
-        self.guard.summarizer = _Summarizer(self._model, loop) if self._model else None
-        result: Request | None = await asyncio.to_thread(getattr(self.guard, step), *args)
-        return result
+    def _summarizer(self) -> _Summarizer | None:
+        """Summaries by the agent's model, called back on this event loop (none: a model name)."""
+        return _Summarizer(self._model, asyncio.get_running_loop()) if self._model else None
 
     def _compacted(
         self, full: Translated[Item], view: Translated[Item], compacted: Request
@@ -147,7 +162,7 @@ class ContextBudgetFilter:
                 "reasoning_tokens": usage.output_tokens_details.reasoning_tokens
             },
         }
-        self._memory.usage = self.guard.stamp(usage_from_openai_responses(raw))
+        self._memory.usage = self.guard.record(usage_from_openai_responses(raw))
 
 
 class _UsageHooks(RunHooks[Any]):

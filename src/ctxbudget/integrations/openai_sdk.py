@@ -20,7 +20,7 @@ from ctxbudget.integrations._guard import ContextGuard, GuardOptions, only_overf
 from ctxbudget.integrations._responses import as_item, read_item, rebuild_item, tool_specs
 from ctxbudget.integrations._streams import AsyncUsageStream, UsageStream
 from ctxbudget.integrations._view import Substitution, Translated, UsageMemory, translate
-from ctxbudget.messages.model import Message, Request, ToolSpec
+from ctxbudget.messages.model import Message, Request, ToolSpec, join_system
 from ctxbudget.messages.openai import (
     message_from_openai,
     message_to_openai,
@@ -168,7 +168,9 @@ class ContextBudgetOpenAI:
         items = [as_item(given)] if isinstance(given, str) else [api.item(m) for m in given]
         full = translate(items, api.read)
         view = translate(conversation.substitution.apply(full), api.read)
-        system = "\n\n".join(s for s in (kwargs.get("instructions") or "", view.system) if s)
+        # Empty instructions add no system message (vLLM's Responses server, the Agents SDK);
+        # an empty system message in the list is one, kept.
+        system = join_system((kwargs.get("instructions") or None, view.system))
         request = Request(
             system=system,
             tools=api.tools(kwargs),
@@ -178,15 +180,20 @@ class ContextBudgetOpenAI:
         )
         return full, view, request
 
-    def compacted(
+    def view_of(
         self,
         conversation: _Conversation,
         full: Translated[Item],
         view: Translated[Item],
-        compacted: Request,
+        planned: Request,
+        sent: Request,
     ) -> Translated[Item]:
-        """The compacted list to send, remembered in place of the whole of your list."""
-        items = view.back(compacted.messages, conversation.api.rebuild)
+        """The list to send for ``sent``: ``view`` as planned, or the compacted list, remembered
+        in place of the whole of your list. Every message of a compacted request carries the
+        index of its item in ``view`` (the summary none), however often it was compacted."""
+        if sent.messages is planned.messages:
+            return view
+        items = view.back(sent.messages, conversation.api.rebuild)
         conversation.substitution.update(full, items)
         return translate([*view.items[: view.lead], *items], conversation.api.read)
 
@@ -200,7 +207,7 @@ class ContextBudgetOpenAI:
             return
         raw = usage.model_dump() if hasattr(usage, "model_dump") else usage
         try:
-            conversation.memory.usage = self.guard.stamp(conversation.api.usage(raw))
+            conversation.memory.usage = self.guard.record(conversation.api.usage(raw))
         except CtxbudgetError:
             conversation.memory.usage = None
 
@@ -240,20 +247,13 @@ class _Endpoint:
         owner, guard, conversation = self.owner, self.owner.guard, self.conversation
         if _server_side_state(kwargs):
             return conversation.api.endpoint(owner.client).create(**kwargs)
-        guard.summarizer = _Summarizer(owner, conversation.api, kwargs.get("model") or "")
         full, view, request = owner.plan(conversation, kwargs)
-        compacted = guard.prepare(request)
-        if compacted is not None:
-            view, request = owner.compacted(conversation, full, view, compacted), compacted
-        try:
-            return self._send(view, kwargs)
-        except ContextOverflowError as error:
-            compacted = guard.recover(request, error)
-            view = owner.compacted(conversation, full, view, compacted)
-            try:
-                return self._send(view, kwargs)
-            except ContextOverflowError as again:
-                raise guard.retry_failed(again) from again
+        summarizer = _Summarizer(owner, conversation.api, kwargs.get("model") or "")
+
+        def send(sent: Request) -> Any:
+            return self._send(owner.view_of(conversation, full, view, request, sent), kwargs)
+
+        return guard.run(request, send, summarizer=summarizer, new_turn=True)
 
     def _send(self, view: Translated[Item], kwargs: dict[str, Any]) -> Any:
         owner, conversation = self.owner, self.conversation
@@ -277,21 +277,15 @@ class _AsyncEndpoint(_Endpoint):
         owner, guard, conversation = self.owner, self.owner.guard, self.conversation
         if _server_side_state(kwargs):
             return await conversation.api.endpoint(owner.client).create(**kwargs)
-        model = kwargs.get("model") or ""
-        guard.summarizer = _LoopSummarizer(owner, conversation.api, model)
         full, view, request = owner.plan(conversation, kwargs)
-        compacted = await asyncio.to_thread(guard.prepare, request)
-        if compacted is not None:
-            view, request = owner.compacted(conversation, full, view, compacted), compacted
-        try:
-            return await self._send_async(view, kwargs)
-        except ContextOverflowError as error:
-            compacted = await asyncio.to_thread(guard.recover, request, error)
-            view = owner.compacted(conversation, full, view, compacted)
-            try:
-                return await self._send_async(view, kwargs)
-            except ContextOverflowError as again:
-                raise guard.retry_failed(again) from again
+        summarizer = _LoopSummarizer(owner, conversation.api, kwargs.get("model") or "")
+
+        async def send(sent: Request) -> Any:
+            return await self._send_async(
+                owner.view_of(conversation, full, view, request, sent), kwargs
+            )
+
+        return await guard.arun(request, send, summarizer=summarizer, new_turn=True)
 
     async def _send_async(self, view: Translated[Item], kwargs: dict[str, Any]) -> Any:
         owner, conversation = self.owner, self.conversation

@@ -21,7 +21,15 @@ from ctxbudget.integrations._guard import (
     overflow_of,
 )
 from ctxbudget.integrations._view import Translated, translate
-from ctxbudget.messages.model import ImagePart, Message, Request, TextPart, ToolCall, ToolSpec
+from ctxbudget.messages.model import (
+    ImagePart,
+    Message,
+    Request,
+    TextPart,
+    ToolCall,
+    ToolSpec,
+    join_system,
+)
 from ctxbudget.messages.openai import image_detail, image_from_bytes, image_from_url
 from ctxbudget.messages.usage import Usage
 
@@ -74,8 +82,11 @@ class ContextBudgetProcessor:
         """The history, compacted when the rule fires for it."""
         self.recovery.retried = False
         view = translate(messages, _reader(self.guard))
-        compacted = await self._run(ctx, "prepare", self.request(view))
-        if compacted is None:
+        request = self.request(view)
+        compacted = await asyncio.to_thread(
+            self.guard.prepare, request, summarizer=self.summarizer(ctx), new_turn=True
+        )
+        if compacted.messages is request.messages:
             return messages
         return view.back_whole(compacted.messages, _rebuild)
 
@@ -84,7 +95,7 @@ class ContextBudgetProcessor:
         instructions = next(
             (m.instructions for m in reversed(view.items) if isinstance(m, pm.ModelRequest)), None
         )
-        system = "\n\n".join(s for s in (view.system, instructions or "") if s)
+        system = join_system((view.system, instructions or None))  # empty instructions: none
         return Request(
             system=system,
             tools=self.tools,
@@ -92,12 +103,9 @@ class ContextBudgetProcessor:
             max_output_tokens=self.guard.max_output_tokens,
         )
 
-    async def _run(self, ctx: RunContext[Any], step: str, *args: Any) -> Request | None:
-        """A guard step off the event loop; its summary call comes back to this loop."""
-        model = self.summary_model or ctx.model
-        self.guard.summarizer = _Summarizer(model, asyncio.get_running_loop())
-        result: Request | None = await asyncio.to_thread(getattr(self.guard, step), *args)
-        return result
+    def summarizer(self, ctx: RunContext[Any]) -> _Summarizer:
+        """Summaries by the run's model (or ``summary_model``), called back on this loop."""
+        return _Summarizer(self.summary_model or ctx.model, asyncio.get_running_loop())
 
 
 class ContextBudgetRecovery(AbstractCapability[Any]):
@@ -133,14 +141,17 @@ class ContextBudgetRecovery(AbstractCapability[Any]):
         overflow = overflow_of(error, known=known)
         if overflow is None:
             raise error
+        guard = self.processor.guard
         if self.retried:
-            raise self.processor.guard.retry_failed(error) from error
+            raise guard.fail(overflow) from error
         self.retried = True
-        view = translate(request_context.messages, _reader(self.processor.guard))
-        compacted = await self.processor._run(
-            ctx, "recover", self.processor.request(view), overflow
+        view = translate(request_context.messages, _reader(guard))
+        compacted = await asyncio.to_thread(
+            guard.recover,
+            self.processor.request(view),
+            overflow,
+            summarizer=self.processor.summarizer(ctx),
         )
-        assert compacted is not None  # recover always compacts or raises
         history = view.back_whole(compacted.messages, _rebuild)
         ctx.messages[:] = history  # persists: later steps start from the compacted view
         self._pending = history
@@ -304,12 +315,8 @@ class _Summarizer:
         self.loop = loop
 
     def summarize(self, request: Request) -> str:
-        ask = pm.ModelRequest(
-            parts=[
-                pm.SystemPromptPart(content=request.system),
-                pm.UserPromptPart(content=request.messages[0].text),
-            ]
-        )
+        system = [] if request.system is None else [pm.SystemPromptPart(content=request.system)]
+        ask = pm.ModelRequest(parts=[*system, pm.UserPromptPart(content=request.messages[0].text)])
         call = self.model.request([ask], None, ModelRequestParameters())
         reply = asyncio.run_coroutine_threadsafe(call, self.loop).result()
         return "".join(p.content for p in reply.parts if isinstance(p, pm.TextPart))

@@ -1,6 +1,7 @@
 """Read the Anthropic Messages request format into our Request and Message values.
 
 ``tool_result`` blocks become separate ``tool`` messages, in their place among the user's blocks.
+An empty ``system`` is no system prompt (``Request.system`` None): see ``_system``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,15 @@ from ctxbudget.messages._checks import (
     type_name,
 )
 from ctxbudget.messages.imagesize import image_size
-from ctxbudget.messages.model import ContentPart, ImagePart, Message, Request, TextPart, ToolCall
+from ctxbudget.messages.model import (
+    ContentPart,
+    ImagePart,
+    Message,
+    Request,
+    TextPart,
+    ToolCall,
+    join_system,
+)
 from ctxbudget.messages.model import ToolSpec as _ToolSpec
 
 __all__ = ["ANTHROPIC_BLOCK_TYPES", "messages_from_anthropic", "request_from_anthropic"]
@@ -186,18 +195,21 @@ def _result_content(value: object, path: str) -> str | tuple[ContentPart, ...]:
     return tuple(parts)
 
 
-def _system(value: object) -> str:
+def _system(value: object) -> str | None:
+    # Anthropic has no system turn to leave empty: the system prompt is text put before the
+    # conversation, so an empty one ("", no blocks, or blocks without text, which the API
+    # refuses: "system: text content blocks must be non-empty") is no system prompt (None).
     if value is None:
-        return ""
+        return None
     if isinstance(value, str):
-        return value
+        return value or None
     texts = []
     for i, item in enumerate(as_list(value, "system")):
         block, _ = _block(item, join("system", i), ("text",))
         texts.append(required_str(block, "text", join("system", i)))
     # How the API joins system blocks is not documented; a blank line matches how our
     # OpenAI reader joins leading system messages, so both formats count alike.
-    return "\n\n".join(texts)
+    return join_system(texts) or None
 
 
 def _tool(value: object, path: str) -> _ToolSpec:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -138,7 +138,10 @@ class Request:
     system message. ``max_output_tokens`` is the reply limit asked for, when set.
     """
 
-    system: str = ""
+    system: str | None = None
+    """The system prompt: None when the request has none, ``""`` for an empty system message.
+    They differ: a template renders an empty system turn (its framing costs tokens) where it
+    renders nothing, or its own default prompt (Qwen2.5), for none."""
     tools: tuple[ToolSpec, ...] = ()
     messages: tuple[Message, ...] = ()
     max_output_tokens: int | None = None
@@ -167,6 +170,16 @@ class Request:
         request = self.with_messages((*self.messages, *messages))
         object.__setattr__(request, "_extends", self.messages)
         return request
+
+
+def join_system(parts: Iterable[str | None]) -> str | None:
+    """One system prompt from several (leading system messages, a framework's instructions and
+    its system messages): None when every part is None; else the texts joined by a blank line,
+    an empty part present but adding no blank line."""
+    given = [p for p in parts if p is not None]
+    if not given:
+        return None
+    return "\n\n".join(p for p in given if p)
 
 
 def extends(request: Request, messages: tuple[Message, ...]) -> bool:

@@ -1,7 +1,8 @@
 """Convert between the OpenAI chat-completions request format and our Request and Message values.
 
-Leading system/developer messages become ``Request.system``; later ones become user messages
-tagged ``meta["openai_role"]`` so that writing the request back restores them in place.
+Leading system/developer messages become ``Request.system`` (an empty one an empty system
+prompt, ``""``; none at all None); later ones become user messages tagged
+``meta["openai_role"]`` so that writing the request back restores them in place.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ctxbudget.messages.model import (
     TextPart,
     ToolCall,
     ToolSpec,
+    join_system,
 )
 
 __all__ = [
@@ -97,7 +99,7 @@ def request_from_openai(body: object) -> Request:
     while lead < len(read) and read[lead].role == "system":
         lead += 1
     return Request(
-        system="\n\n".join(m.text for m in read[:lead]),
+        system=join_system(m.text for m in read[:lead]),
         tools=_tools(obj),
         messages=tuple(_demote_system(m) for m in read[lead:]),
         max_output_tokens=_max_tokens(obj),
@@ -134,7 +136,8 @@ def request_to_openai(
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
     include_reasoning: bool = True,
 ) -> dict[str, Any]:
-    """The request as an OpenAI chat-completions body; the system prompt is the first message.
+    """The request as an OpenAI chat-completions body; the system prompt is the first message
+    (an empty one too: only a request without a system prompt has no system message).
 
     ``max_tokens`` is the default field because every OpenAI-compatible local server reads it;
     OpenAI's reasoning models need ``max_completion_tokens``.
@@ -142,7 +145,8 @@ def request_to_openai(
     out: dict[str, Any] = {}
     if request.model is not None:
         out["model"] = request.model
-    messages = [{"role": "system", "content": request.system}] if request.system else []
+    system = request.system
+    messages = [{"role": "system", "content": system}] if system is not None else []
     for m in request.messages:
         messages.append(message_to_openai(m, include_reasoning=include_reasoning))
     out["messages"] = messages

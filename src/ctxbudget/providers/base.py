@@ -37,3 +37,9 @@ class Provider(ABC):
     @abstractmethod
     def complete(self, request: Request) -> Completion:
         """Send one request and return the reply."""
+
+    def served_window(self) -> int | None:
+        """The context window the server says it serves this model with, when it can be asked
+        (Ollama's loaded ``num_ctx``); None when it cannot. Never raises, and is bounded in time:
+        callers ask only after the server silently truncated a prompt."""
+        return None

@@ -66,6 +66,12 @@ from ctxbudget.providers.retry import (
     is_retryable_status,
     retry_after_seconds,
 )
+from ctxbudget.providers.served import (
+    SERVED_BODY_BYTES,
+    SERVED_TIMEOUT,
+    ps_url,
+    served_context_length,
+)
 from ctxbudget.providers.streaming import (
     DONE,
     DeadlineExceeded,
@@ -162,6 +168,8 @@ class OpenAICompatibleProvider(Provider):
         self._read_timeout = checked_seconds(read_timeout, "read_timeout")
         self._request_timeout = checked_seconds(request_timeout, "request_timeout")
         self._max_reply_bytes = checked_bytes(max_reply_bytes, "max_reply_bytes")
+        self._served_http: Any = None
+        """The client for `served_window`, made on first use (its body cap is small)."""
         self._client = openai.OpenAI(
             api_key=key,
             base_url=base_url,
@@ -185,6 +193,30 @@ class OpenAICompatibleProvider(Provider):
         body["model"] = request.model or self.model
         with deadline_scope(self._request_timeout):
             return self._complete(body, request.max_output_tokens)
+
+    def served_window(self) -> int | None:
+        """The ``context_length`` Ollama's ``GET /api/ps`` lists for this model (the context it is
+        loaded with), or None: another server, the model not loaded, any failure.
+
+        Sent through the same capped HTTP client as the chat requests, within ``SERVED_TIMEOUT``
+        (and ``connect_timeout``), once, with no retry and no API key: Ollama needs none.
+        """
+        url = ps_url(self.base_url)
+        seconds = min(SERVED_TIMEOUT, self._request_timeout)
+        try:
+            with deadline_scope(seconds):
+                if self._served_http is None:
+                    self._served_http = http_client(SERVED_BODY_BYTES)
+                timeout = openai.Timeout(seconds, connect=min(seconds, self._connect_timeout))
+                response = self._served_http.get(url, timeout=timeout)
+                text = response.read().decode("utf-8", errors="replace")
+        except Exception as err:  # a closed port, a deadline, a body over the cap: not known
+            log.debug("%s: %s not read: %s", self.name, public_url(url), short(str(err), 120))
+            return None
+        if response.status_code != 200:
+            log.debug("%s: %s answered HTTP %d", self.name, public_url(url), response.status_code)
+            return None
+        return served_context_length(text, self.model)
 
     def _complete(self, body: dict[str, Any], max_tokens: int | None) -> Completion:
         slept = 0.0

@@ -69,7 +69,8 @@ _NOT_OVERFLOW = re.compile(
 _SENTENCE_END = re.compile(r"(?<!\d)[.;!?](?!\d)|\n")
 
 # The stated window, for messages no table entry reads: "X > Y", "X exceeds ... Y",
-# "while limit is Y", "maximum ... Y tokens". "by N tokens" is an excess, never a window.
+# "while limit is Y", "maximum ... Y tokens", "(context length Y)". "by N tokens" is an excess,
+# never a window.
 _TOKENS_WORD = re.compile(r"\btokens?\b|トークン|토큰", _FLAGS)
 _OTHER_UNITS = re.compile(r"\b(?:characters?|chars|bytes|strings?|pixels?|[kmg]i?b)\b", _FLAGS)
 _NOT_TOKENS = r"(?!\s*(?:bytes|characters|chars|pixels|[kmg]i?b)\b)"
@@ -83,6 +84,9 @@ _STATED_LIMITS = tuple(
         rf"\blimit (?:is|of)\s*{_LIMIT}",
         rf"(?:\bmax(?:imum|imal|imale|imo|ima)?\b|\bmáxim[ao]\b|\blimite?\b|límite|上限|最大)"
         rf"[^0-9().,;:]{{0,40}}?\(?{_LIMIT}",
+        # A window stated in parentheses after the overflow: "... too long (context length N)".
+        rf"\(\s*(?:the\s+)?(?:model'?s?\s+)?context (?:length|size|window)\s*(?:of|is|=|:)?\s*"
+        rf"{_LIMIT}(?:\s*tokens?)?\s*\)",
     )
 )
 

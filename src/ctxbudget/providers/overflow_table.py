@@ -402,6 +402,17 @@ OVERFLOW_MESSAGES: tuple[KnownMessage, ...] = (
     ),
     _entry(
         "vllm",
+        # Both numbers in parentheses. vLLM appends "For image inputs, the number of image
+        # tokens depends on ...", which vetoes the structural fallback: only this entry reads it.
+        rf"prompt \(total length (?P<prompt>{_N})\) is too long to fit into the model "
+        rf"\(context length (?P<limit>{_N})\)",
+        "The prompt (total length 25938) is too long to fit into the model (context length "
+        "4096). Make sure that `max_model_len` is no smaller than the number of text tokens "
+        "plus multimodal tokens.",
+        "vLLM _validate_model_input, multimodal prompts (vllm-project/vllm#7998; #12165)",
+    ),
+    _entry(
+        "vllm",
         rf"is longer than the maximum model length of (?P<limit>{_N})",
         "input is longer than the maximum model length of 32768",
         "vLLM (any prompt kind)",

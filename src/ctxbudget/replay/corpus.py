@@ -6,12 +6,13 @@ parent's memory does not grow with the sessions' sizes.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
+import signal
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -47,26 +48,66 @@ def scan_roots(env: Mapping[str, str] | None = None) -> list[Path]:
 
 def find_sessions(paths: Iterable[str]) -> tuple[list[Path], list[str]]:
     """Files named directly, the session files under folders (recursively), glob matches; and
-    a warning for each path that matched nothing."""
+    a warning for each path that matched nothing.
+
+    A file reached twice (named twice, relative and absolute, through a link or a hard link) is
+    listed once, where first met. Links to folders are not followed inside a folder or a
+    ``**``, so a link to a parent folder cannot repeat the sessions or make the walk endless.
+    """
     found: list[Path] = []
+    seen: set[tuple[int, int]] = set()
     missing: list[str] = []
     for text in paths:
-        matches = [Path(m) for m in sorted(glob.glob(text, recursive=True))] or [Path(text)]
         hit = False
-        for path in matches:
-            if path.is_dir():
-                for sub in sorted(path.rglob("*")):
-                    if sub.is_file() and sub.name.endswith(SESSION_SUFFIXES):
-                        found.append(sub)
-                        hit = True
-            elif path.exists():
-                found.append(path)
+        for path in _matches(text):
+            for file in _files(path):
                 hit = True
+                identity = _identity(file)
+                if identity not in seen:
+                    seen.add(identity)
+                    found.append(file)
         if not hit:
             missing.append(f"{text}: no such file or folder, or no session file (*.jsonl, "
                            "*.traj.json) in it")  # fmt: skip
-    unique = list(dict.fromkeys(found))
-    return unique, missing
+    return found, missing
+
+
+def _matches(text: str) -> list[Path]:
+    """The paths a glob matches, sorted (pathlib's glob: a ``**`` does not descend into links to
+    folders, where `glob.glob` follows a link to ``.`` until the path is too long, and two such
+    links double the walk at each level); a path without wildcards as it is."""
+    parts = Path(text).parts
+    first = next((i for i, part in enumerate(parts) if has_wildcard(part)), None)
+    if first is None:
+        return [Path(text)]
+    root = Path(*parts[:first]) if first else Path()
+    return sorted(root.glob("/".join(parts[first:])))
+
+
+def has_wildcard(text: str) -> bool:
+    """True when ``text`` holds a glob wildcard (``*``, ``?``, ``[``)."""
+    return any(c in text for c in "*?[")
+
+
+def _files(path: Path) -> list[Path]:
+    """``path`` if it is a file, the session files under it if it is a folder (links to folders
+    inside it not followed: pathlib's rglob), else nothing."""
+    if path.is_dir():
+        return [
+            sub
+            for sub in sorted(path.rglob("*"))
+            if sub.name.endswith(SESSION_SUFFIXES) and sub.is_file()
+        ]
+    return [path] if path.exists() else []
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    """The file itself (device, inode), whatever path reaches it."""
+    try:
+        info = path.stat()
+    except OSError:  # gone or unreadable since it was listed: its replay will say so
+        return -1, hash(str(path.absolute()))
+    return info.st_dev, info.st_ino
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,14 +217,66 @@ def replay_many(
         for n, job in enumerate(jobs):
             _record(n, _attempt(job), results, on_done)
     else:
-        # One task per worker at a time keeps memory to a session per process.
-        with ProcessPoolExecutor(max_workers=workers, max_tasks_per_child=50) as pool:
-            futures = {pool.submit(_attempt, job): n for n, job in enumerate(jobs)}
-            for future in as_completed(futures):
-                _record(futures[future], future.result(), results, on_done)
+        for n, outcome in _in_pool(jobs, workers):
+            _record(n, outcome, results, on_done)
     for n in range(len(jobs)):
         if n in results:
             yield results[n]
+
+
+QUEUED_PER_WORKER = 2
+"""Jobs handed to the pool per worker at a time: enough to keep each busy, few enough that an
+interrupted run has almost nothing queued to cancel."""
+
+
+def _in_pool(jobs: Sequence[Job], workers: int) -> Iterator[tuple[int, SessionSummary | str]]:
+    """(index, outcome) of each job as the workers finish them.
+
+    The workers live as long as the pool: a pool whose workers retire after N tasks
+    (``max_tasks_per_child``) stops starting new ones once they have all retired while jobs
+    are still queued, and the run hangs (CPython gh-115634, Python 3.11 to 3.13). A run that
+    ends early (an interrupt, a signal, an error) cancels what is queued and stops the workers.
+    """
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_signals)
+    finished = False
+    try:
+        waiting = iter(enumerate(jobs))
+        running: dict[Future[SessionSummary | str], int] = {}
+        for n, job in islice(waiting, QUEUED_PER_WORKER * workers):
+            running[pool.submit(_attempt, job)] = n
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                n = running.pop(future)
+                for m, job in islice(waiting, 1):
+                    running[pool.submit(_attempt, job)] = m
+                yield n, future.result()
+        finished = True
+    finally:
+        if finished:
+            pool.shutdown(wait=True)
+        else:
+            _stop(pool)
+
+
+def _worker_signals() -> None:
+    """A worker leaves Ctrl-C to the parent, which stops it, and ends on SIGTERM, whatever
+    handler it inherited from the parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel the queued jobs and end the workers now, mid-session included: the run is over."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    # Python 3.14 has terminate_workers(); before it, the pool's processes are only reachable
+    # through its private table.
+    processes: dict[int, Any] = getattr(pool, "_processes", None) or {}
+    for process in list(processes.values()):
+        process.terminate()
+    for process in list(processes.values()):
+        process.join(timeout=5)
 
 
 def _attempt(job: Job) -> SessionSummary | str:

@@ -17,6 +17,7 @@ from ctxbudget.budget.rules import (
     COMPACTION_SHARE,
     DEFAULT_COMPACTION_RESERVE,
     DEFAULT_REPLY_RESERVE,
+    LEARNED_GROWTH_SHARE,
     LEARNED_REPLY_FLOOR,
     LEARNED_REPLY_SHARE,
     REPLY_SHARE,
@@ -89,6 +90,7 @@ def page_data(result: ReplayResult) -> dict[str, Any]:
             "compaction_share": COMPACTION_SHARE,
             "learned_reply_share": LEARNED_REPLY_SHARE,
             "learned_reply_floor": LEARNED_REPLY_FLOOR,
+            "learned_growth_share": LEARNED_GROWTH_SHARE,
         },
         "expected": [
             {

@@ -26,14 +26,15 @@
         ? line : Math.min(p.configured_limit, line);
     }
     if (name === "corecoder") return Math.trunc(w * p.snip_ratio);
-    if (name === "ctxbudget") return w - ctxbudgetReserve(p, w, 0, 0);
+    if (name === "ctxbudget") return w - ctxbudgetReserve(p, w, 0, 0, 0);
     return NaN;
   }
-  function ctxbudgetReserve(p, w, largest, maxTokens) {
+  function ctxbudgetReserve(p, w, largest, maxTokens, growth) {
     // Mirrors CtxbudgetPolicy.reserve_in_session: reply reserve (the max output asked for, the
     // request's when the trace records it, capped) + compaction reserve, or the largest reply
-    // seen so far (up to W/2) when larger. Defaults shrink with small windows (W/4, W/16).
-    // With no max output known and replies seen, the reply reserve is the learned floor.
+    // seen so far (up to W/2), or the largest step seen so far (up to W/4), whichever is
+    // largest. Defaults shrink with small windows (W/4, W/16). With no max output known and
+    // replies seen, the reply reserve is the learned floor.
     var C = DATA.constants;
     var wanted = maxTokens ? maxTokens : p.max_output;
     var unknown = wanted === null || wanted === undefined;
@@ -43,10 +44,11 @@
     var compaction = p.compaction_reserve === null || p.compaction_reserve === undefined
       ? Math.max(1, Math.min(C.default_compaction_reserve, Math.floor(w / C.compaction_share)))
       : p.compaction_reserve;
-    return Math.max(Math.min(wanted, p.reply_cap) + compaction, Math.min(largest, Math.floor(w / C.learned_reply_share)));
+    return Math.max(Math.min(wanted, p.reply_cap) + compaction, Math.min(largest, Math.floor(w / C.learned_reply_share)),
+      Math.min(growth, Math.floor(w / C.learned_growth_share)));
   }
-  function fires(name, p, tokens, w, largest, maxTokens) {
-    var t = name === "ctxbudget" ? w - ctxbudgetReserve(p, w, largest, maxTokens) : thresholdOf(name, p, w);
+  function fires(name, p, tokens, w, largest, maxTokens, growth) {
+    var t = name === "ctxbudget" ? w - ctxbudgetReserve(p, w, largest, maxTokens, growth) : thresholdOf(name, p, w);
     return (name === "opencode" || name === "opencode-input-limit" || name === "codex")
       ? tokens >= t : tokens > t;
   }
@@ -64,8 +66,15 @@
   var STARTS = segmentStarts();
   function compute(w, params, perModel) {
     var size = function (i) { return perModel && calls[i][4] ? calls[i][4] : w; };
-    var walls = [], seen = [], largest = 0, i, k;
-    for (i = 0; i < calls.length; i++) { seen.push(largest); largest = Math.max(largest, calls[i][1]); }
+    var walls = [], seen = [], grown = [], largest = 0, growth = 0, last = null, i, k;
+    for (i = 0; i < calls.length; i++) {
+      // Mirrors replay.learned_before (SessionEvidence): the largest earlier reply, and the
+      // largest jump between consecutive calls up to this one, not measured across a compaction.
+      if (calls[i][3]) last = null;
+      if (last !== null) growth = Math.max(growth, calls[i][0] - last);
+      seen.push(largest); grown.push(growth);
+      largest = Math.max(largest, calls[i][1]); last = calls[i][0];
+    }
     for (k = 0; k < STARTS.length; k++) {
       var end = k + 1 < STARTS.length ? STARTS[k + 1] : calls.length, hit = null;
       for (i = STARTS[k]; i < end; i++) if (calls[i][0] + calls[i][1] > size(i)) { hit = i; break; }
@@ -77,14 +86,14 @@
     DATA.policies.forEach(function (policy) {
       var p = params[policy.name], fireAt = [], lateCount = 0, fill = 0, lines = [];
       for (i = 0; i < calls.length; i++) {
-        // The line as the session has taught it (ctxbudget's rises with the largest reply).
-        lines.push(policy.name === "ctxbudget" ? size(i) - ctxbudgetReserve(p, size(i), seen[i], calls[i][5])
+        // The line as the session has taught it (ctxbudget's falls as its reserve is learned).
+        lines.push(policy.name === "ctxbudget" ? size(i) - ctxbudgetReserve(p, size(i), seen[i], calls[i][5], grown[i])
           : thresholdOf(policy.name, p, size(i)));
       }
       for (k = 0; k < STARTS.length; k++) {
         var stop = k + 1 < STARTS.length ? STARTS[k + 1] : calls.length, fire = null;
         for (i = STARTS[k]; i < stop; i++) {
-          if (checksAt(policy, calls[i]) && fires(policy.name, p, calls[i][0], size(i), seen[i], calls[i][5])) { fire = i; break; }
+          if (checksAt(policy, calls[i]) && fires(policy.name, p, calls[i][0], size(i), seen[i], calls[i][5], grown[i])) { fire = i; break; }
         }
         fireAt.push(fire);
         if (walls[k] !== null && (fire === null || fire > walls[k])) lateCount++;

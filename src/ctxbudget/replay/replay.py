@@ -14,7 +14,7 @@ from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ctxbudget.budget.rules import Policy
+from ctxbudget.budget.rules import Policy, SessionEvidence
 from ctxbudget.replay.trace import Call, CallTable, Trace, as_table
 
 
@@ -147,11 +147,24 @@ def segment_walls(t: CallTable, sizes: Sequence[int], starts: Sequence[int]) -> 
 
 def largest_before(t: CallTable) -> array[int]:
     """Per call, the largest reply any earlier call of the session produced."""
-    out, largest = array("q"), 0
-    for output in t.output:
-        out.append(largest)
-        largest = max(largest, output)
-    return out
+    return learned_before(t)[0]
+
+
+def learned_before(t: CallTable) -> tuple[array[int], array[int]]:
+    """Per call, what the session has shown the rule at its check (`SessionEvidence`, as the
+    agent loop learns it): the largest reply of the earlier calls, and the largest growth
+    between consecutive calls up to this one (the jump into this call included: it is counted
+    before the check). Growth is not measured across a recorded compaction."""
+    replies, growths = array("q"), array("q")
+    seen = SessionEvidence()
+    for i in range(len(t)):
+        if t.after_compaction[i]:
+            seen = seen.after_compaction()
+        at_check = seen.seeing(t.context[i])
+        replies.append(at_check.largest_reply)
+        growths.append(at_check.largest_growth)
+        seen = seen.after_call(t.context[i], t.output[i])
+    return replies, growths
 
 
 def segment_fires(
@@ -160,10 +173,12 @@ def segment_fires(
     sizes: Sequence[int],
     extra: Sequence[int],
     starts: Sequence[int],
+    learned: tuple[Sequence[int], Sequence[int]] | None = None,
 ) -> list[int | None]:
     """Per segment, the first call at which ``policy`` fires on context + ``extra`` tokens,
-    honouring when it is checked and what the session has shown it so far."""
-    seen = largest_before(t)
+    honouring when it is checked and what the session has shown it so far (``learned``:
+    `learned_before`, when already computed)."""
+    replies, growths = learned_before(t) if learned is None else learned
     fires: list[int | None] = []
     for lo, hi in _bounds(starts, len(t)):
         fire = None
@@ -171,7 +186,8 @@ def segment_fires(
             if _checked(policy, t.task_start[i]) and policy.fires_in_session(
                 t.context[i] + extra[i],
                 sizes[i],
-                largest_reply=seen[i],
+                largest_reply=replies[i],
+                largest_growth=growths[i],
                 max_output=t.max_tokens[i] or None,
             ):
                 fire = t.call_index[i]
@@ -181,12 +197,15 @@ def segment_fires(
 
 
 def session_lines(policy: Policy, t: CallTable, sizes: Sequence[int]) -> list[int]:
-    """Per call, the rule's line as the session has taught it (the ``ctxbudget`` rule's rises
-    with the largest reply so far; the others' stay put)."""
-    seen = largest_before(t)
+    """Per call, the rule's line as the session has taught it (the ``ctxbudget`` rule's falls
+    as the largest reply and the largest step so far grow; the others' stay put)."""
+    replies, growths = learned_before(t)
     return [
         policy.threshold_in_session(
-            sizes[i], largest_reply=seen[i], max_output=t.max_tokens[i] or None
+            sizes[i],
+            largest_reply=replies[i],
+            largest_growth=growths[i],
+            max_output=t.max_tokens[i] or None,
         )
         for i in range(len(t))
     ]
@@ -230,11 +249,12 @@ def replay_window(
     wall = next((w for w in walls if w is not None), None)
     none = array("q", bytes(8 * len(calls)))
     unresent = unresent_reasoning(trace) if unresent is None else unresent
+    learned = learned_before(calls)
     results = []
     for policy in policies:
-        fires = segment_fires(policy, calls, sizes, none, starts)
+        fires = segment_fires(policy, calls, sizes, none, starts, learned)
         trigger = next((f for f in fires if f is not None), None)
-        on_total = segment_fires(policy, calls, sizes, unresent, starts)
+        on_total = segment_fires(policy, calls, sizes, unresent, starts, learned)
         results.append(
             PolicyReplay(
                 name=policy.name,

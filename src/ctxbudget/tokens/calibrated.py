@@ -75,8 +75,10 @@ def _model(name: str, doc: str) -> Callable[[str], int]:
 
 _DOC = (
     "Calibrated to {}: between -5% and +10% of its exact count on each kind of text we measured "
-    "(English prose, Simplified and Traditional Chinese, Japanese, Korean, Python, JSON, mixed "
-    "Chinese/English/code, Markdown docs); CJK characters are costed by that vocabulary itself."
+    "(English prose, Simplified and Traditional Chinese, Japanese, Korean, Python, JSON: "
+    "manifests, schemas, tool-call arguments, records and API replies, pretty and minified; "
+    "mixed Chinese/English/code, Markdown docs); CJK characters are costed by that vocabulary "
+    "itself."
 )
 CALIBRATED_ESTIMATORS: Mapping[str, Callable[[str], int]] = MappingProxyType(
     {

@@ -57,7 +57,8 @@ def detect_format(path: str | Path) -> TraceFormat:
     reader = LineReader(path, quiet=True)
     records = [r for _, r in islice(iter(reader), _SNIFF_LINES)]
     if not records:
-        raise TraceFormatError(f"{path}: no line is a JSON object; not a session file")
+        first = f" (first {reader.warnings[0].split(': ', 1)[1]})" if reader.warnings else ""
+        raise TraceFormatError(f"{path}: no line is a JSON object{first}; not a session file")
     for name, sniff in _SNIFFERS:
         if any(sniff(r) for r in records):
             return name

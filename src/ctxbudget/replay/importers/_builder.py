@@ -6,14 +6,17 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ctxbudget.errors import MessageFormatError
+from ctxbudget.budget.rules import MAX_WINDOW, validate_window
+from ctxbudget.errors import InvalidWindowError, MessageFormatError, TraceFormatError
 from ctxbudget.messages.usage import Usage
 from ctxbudget.replay.importers._lines import LineReader
 from ctxbudget.replay.trace import Call, ReasoningResend, TraceMessage
 
 _MAX_WHY = 200  # a rejected value is quoted in the warning; a huge one is cut
-MAX_TOKENS = 2**63 - 1
-"""Replay keeps counts as 8-byte integers (`CallTable`); a larger one is no real usage report."""
+MAX_TOKENS = MAX_WINDOW
+"""The largest count a call's usage may report: its prompt and its reply each fit its window.
+A larger one is no real usage report; below it, no sum replay makes of a session's counts
+(reasoning over a task, for one) can leave the 8-byte integers of a `CallTable`."""
 
 
 def read_usage(
@@ -30,9 +33,21 @@ def read_usage(
         return None
     counts = (usage.input_tokens, usage.output_tokens, usage.reasoning_tokens)
     if max(*counts, usage.cache_read_tokens, usage.cache_write_tokens) > MAX_TOKENS:
-        reader.skip_at(where, f"usage: a token count above {MAX_TOKENS}")
+        reader.skip_at(where, f"usage: a token count above {MAX_TOKENS:,}")
         return None
     return usage
+
+
+def read_window(value: object, reader: LineReader, where: str) -> int | None:
+    """The window a session recorded (``value``; None: not recorded) as `validate_window`
+    accepts it; a window no model has (0, 2^63, 1e300, text) is a corrupt file, refused in one
+    line naming ``where`` (e.g. "line 12: model_context_window")."""
+    if value is None:
+        return None
+    try:
+        return validate_window(value, f"{reader.path}: {where}", fix="the file is damaged")
+    except InvalidWindowError as e:
+        raise TraceFormatError(str(e)) from None
 
 
 def block_text(block: Any) -> str:

@@ -7,8 +7,9 @@ import logging
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from ctxbudget.compaction.archive import MAX_RECORD_BYTES
 from ctxbudget.errors import TraceFormatError
 
 log = logging.getLogger("ctxbudget.replay")
@@ -23,6 +24,16 @@ _MAX_WARNINGS = 20  # keep the first few; the count says how many there were
 MAX_DEPTH = 100
 """Records nested deeper are skipped: real session lines nest about 10 levels, and readers,
 ``str`` and ``json.dumps`` recurse per level (a 900-deep line would exhaust Python's stack)."""
+
+
+MAX_LINE_BYTES = MAX_RECORD_BYTES
+"""The longest session line read (64 MiB, the archive's record cap). Parsing a line costs about
+three times its size (its bytes, its text, its objects), so a 1 GB line took 3 GB; a longer
+line is skipped, read a piece at a time. Real lines are far shorter: a pasted log, a few
+images."""
+
+
+_SKIP_PIECE_BYTES = 1 << 20
 
 
 def check_readable(path: Path) -> int:
@@ -70,16 +81,20 @@ class LineReader:
     def __iter__(self) -> Iterator[tuple[int, Record]]:
         done = 0
         with self.path.open("rb") as f:
-            for lineno, raw in enumerate(f, start=1):
-                done += len(raw)
+            for lineno, (raw, length) in enumerate(bounded_lines(f), start=1):
+                done += length
                 if self.progress is not None:
                     self.progress(done, self.size)
+                if raw is None:
+                    cap = MAX_LINE_BYTES // 2**20
+                    self.skip(lineno, f"{length:,} bytes, longer than the {cap} MiB a line may be")
+                    continue
                 record = self._parse(lineno, raw)
                 if record is not None:
                     yield lineno, record
 
     def _parse(self, lineno: int, raw: bytes) -> Record | None:
-        if not raw.strip():
+        if not raw or raw.isspace():  # strip() would copy the line
             return None
         try:
             value = json.loads(raw.decode("utf-8"))
@@ -99,6 +114,24 @@ class LineReader:
             self.skip(lineno, f"JSON nested deeper than {MAX_DEPTH} levels")
             return None
         return value
+
+
+def bounded_lines(stream: BinaryIO, limit: int | None = None) -> Iterator[tuple[bytes | None, int]]:
+    """(line, its length in bytes) for each line of ``stream``; the line is None when it is
+    longer than ``limit`` bytes (default `MAX_LINE_BYTES`) without its newline, and the rest
+    of it is then passed over a MiB at a time, never held whole."""
+    limit = MAX_LINE_BYTES if limit is None else limit
+    while raw := stream.readline(limit + 1):
+        if raw.endswith(b"\n") or len(raw) <= limit:
+            yield raw, len(raw)
+            continue
+        length = len(raw)
+        del raw
+        while piece := stream.readline(_SKIP_PIECE_BYTES):
+            length += len(piece)
+            if piece.endswith(b"\n"):
+                break
+        yield None, length
 
 
 def too_deep(value: object, limit: int = MAX_DEPTH) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ctxbudget.messages.usage import Usage
-from ctxbudget.replay.importers._builder import CallBuilder, block_text, read_usage
+from ctxbudget.replay.importers._builder import CallBuilder, block_text, read_usage, read_window
 from ctxbudget.replay.importers._lines import LineReader, Record, as_dict, as_int
 from ctxbudget.replay.trace import Call
 
@@ -80,7 +80,9 @@ def read(reader: LineReader, builder: CallBuilder) -> Iterator[Call]:
             if not last or total == last_total:
                 continue
             last_total = total
-            builder.window = as_int(info.get("model_context_window")) or builder.window
+            where = f"line {lineno}: model_context_window"
+            window = read_window(info.get("model_context_window"), reader, where)
+            builder.window = window or builder.window
             usage = read_usage(_usage, last, reader, f"line {lineno}")
             if usage is not None:
                 yield builder.call(usage=usage, reply="".join(reply))

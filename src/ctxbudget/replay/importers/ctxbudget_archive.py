@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ctxbudget.compaction.records import usage_from_record
-from ctxbudget.replay.importers._builder import CallBuilder, block_text, read_usage
-from ctxbudget.replay.importers._lines import LineReader, Record, as_dict, as_int, as_list
+from ctxbudget.replay.importers._builder import CallBuilder, block_text, read_usage, read_window
+from ctxbudget.replay.importers._lines import LineReader, Record, as_dict, as_list
 from ctxbudget.replay.trace import Call
 
 # A tuple, not a set: a record's "type" may be any JSON value, a list or object included.
@@ -62,7 +62,8 @@ def read(reader: LineReader, builder: CallBuilder) -> Iterator[Call]:
         kind = record.get("type")
         if kind in ("header", "session"):
             builder.model = str(record.get("model") or "") or builder.model
-            builder.window = as_int(record.get("window")) or builder.window
+            window = read_window(record.get("window"), reader, f"line {lineno}: window")
+            builder.window = window or builder.window
         elif kind == "compaction":
             builder.compacted = True
         elif kind == "usage":

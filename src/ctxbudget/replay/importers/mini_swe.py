@@ -3,8 +3,9 @@
 litellm reports OpenAI chat usage (DeepSeek's cache fields included), read by `usage_from_any`.
 
 A trajectory is one JSON document, not JSON lines, so it is parsed whole; files above
-`MAX_TRAJECTORY_BYTES` are refused with a clear error instead of exhausting memory (real
-trajectories are well under 10 MB: the 61-call fixture is 328 KB).
+`MAX_TRAJECTORY_BYTES` (64 MiB, the longest session line read) are refused with a clear error
+instead of exhausting memory (real trajectories are well under 10 MB: the 61-call fixture is
+328 KB).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ctxbudget.errors import TraceFormatError
 from ctxbudget.replay.importers._builder import CallBuilder, block_text, read_usage
 from ctxbudget.replay.importers._lines import (
     MAX_DEPTH,
+    MAX_LINE_BYTES,
     LineReader,
     Progress,
     Record,
@@ -27,7 +29,7 @@ from ctxbudget.replay.importers._lines import (
 )
 from ctxbudget.replay.trace import Call
 
-MAX_TRAJECTORY_BYTES = 256 * 1024 * 1024
+MAX_TRAJECTORY_BYTES = MAX_LINE_BYTES
 _DEEP = object()  # stands for a document too deeply nested for json.loads
 
 
@@ -41,12 +43,13 @@ def sniff(record: Record) -> bool:
 def load(path: Path, size: int, progress: Progress | None) -> Record:
     """Parse the whole document, within the size limit."""
     if size > MAX_TRAJECTORY_BYTES:
-        raise TraceFormatError(
-            f"{path}: a {size // 2**20} MB trajectory; .traj.json files are parsed whole and "
-            f"the limit is {MAX_TRAJECTORY_BYTES // 2**20} MB"
-        )
+        raise _too_big(path, size)
+    with path.open("rb") as f:
+        data = f.read(MAX_TRAJECTORY_BYTES + 1)  # the file may have grown since its stat
+    if len(data) > MAX_TRAJECTORY_BYTES:
+        raise _too_big(path, len(data))
     try:
-        document = json.loads(path.read_bytes().decode("utf-8"))
+        document = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise TraceFormatError(f"{path}: not a valid JSON trajectory ({e})") from None
     except RecursionError:
@@ -60,6 +63,13 @@ def load(path: Path, size: int, progress: Progress | None) -> Record:
     if not isinstance(document, dict) or not sniff(document):
         raise TraceFormatError(f"{path}: not a mini-swe-agent trajectory (no 'messages' list)")
     return document
+
+
+def _too_big(path: Path, size: int) -> TraceFormatError:
+    return TraceFormatError(
+        f"{path}: a trajectory of {size / 2**20:.0f} MiB or more; .traj.json files are parsed "
+        f"whole and the limit is {MAX_TRAJECTORY_BYTES // 2**20} MiB"
+    )
 
 
 def _usage(message: Record) -> Record:

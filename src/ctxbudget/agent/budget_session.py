@@ -1,0 +1,736 @@
+"""One budget session: the decisions and the send → overflow → recover → retry-once loop that
+`Agent`, the four framework adapters and (later) the HTTP gateway share.
+
+A `BudgetSession` keeps one conversation inside its window. It owns the counter, the rule, the
+window (adopting a smaller one a server states or shows, never a larger one), the learned reply
+reserve, the per-turn compaction cap, the silent-overflow checks, the usage trust and the
+archive. Its callers only translate messages and do their own I/O: `run` / `arun` take the send
+as a callable.
+
+Where `ContextGuard` (the adapters) and `Agent` decided differently before this module (each
+difference is now decided here, as `Agent` decides, unless said):
+
+1. The rule: the guard asked ``policy.fires(tokens, window)``; `Agent` asks
+   ``policy.fires_in_session(tokens, window, largest_reply=..., largest_growth=...)``, the
+   ``ctxbudget`` rule keeping the largest reply and step seen free (the learned reserve,
+   `SessionEvidence`). The guard learned neither.
+2. The cap: `Agent` stops pressure compactions after ``max_compactions_per_turn`` in one turn
+   (a ``capped`` event); the guard had no cap, so a conversation whose floor sat near the line
+   could compact on every call. Adapters cannot see turns: each of their model calls is one
+   (``new_turn=True``), so the cap bounds the compactions of one call. (A turn from the user's
+   message on would cap a 40-step tool loop at 3 compactions and let it overflow over and over,
+   which the adapters' long-loop tests rule out; `Agent` stops such a turn at 32 steps.)
+3. Silent overflows: `Agent` drops a reply cut by a smaller window (``cut_reply``) and resends,
+   and adopts the window behind a truncated prompt (``truncated_prompt``, ``served_overflow``,
+   ``half_window``); the guard checked neither. Here both run when the caller hands `run` a
+   ``reply`` reader (usage and stop reason of a result); the adapters do not hand one yet
+   (their results may be streams whose usage comes after `run` returns).
+4. The second overflow: `Agent` counts it (``overflows`` 2) before its `CompactionError`; the
+   guard did not (``retry_failed``). `run` counts it; `fail` (for frameworks that drive the
+   retry themselves, the Agents SDK) takes ``count`` so that adapter keeps its number.
+5. Usage after a compaction: the guard also required a usage's timestamp to postdate the
+   compaction (``compacted_at``); `Agent` only matched the compaction id. Kept (the stricter).
+6. The floor message: `Agent` names its provider and base URL; the guard named neither.
+   ``provider_name`` / ``base_url`` here.
+7. The summarizer: the guard's was an attribute every adapter reassigned before each call (a
+   race between concurrent calls); here it is fixed at construction or passed per call.
+8. State: `Agent` restores from its archive's meta; the guard kept everything in memory only.
+   Here `snapshot` / `apply` and `save` / `restore` through a `SessionStore`.
+
+Who drives what. The OpenAI SDK client (sync and async) and the LangChain middleware (sync and
+async) hand their send to `run` / `arun`. pydantic-ai and the Agents SDK own their send and their
+retry, so they call the steps (`prepare`, `recover`, `fail`) from their hooks. `Agent` calls the
+steps too: its send rebuilds its request after a window change, and its truncation compaction
+covers the reply it has just recorded; `tests/agent/test_budget_session.py` checks that `run`
+decides exactly as `Agent` on scripted conversations.
+
+Concurrency. Two thread locks: ``_compacting`` is held for a whole decision and compaction
+(the summary call included), so two concurrent calls never summarise the same prefix twice: the
+second waits, then finds the prefix already replaced (`_substitute`) and under the line. ``_state``
+is held only around pure updates of the numbers (usage, overflows, window), never across I/O.
+Thread locks, not ``asyncio.Lock``: the compaction runs in a worker thread (``asyncio.to_thread``,
+so counting and summarising never block the event loop) and one session may serve sync and async
+callers at once; an ``asyncio.Lock`` cannot be held by a worker thread. The event loop itself
+never waits on ``_compacting``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from ctxbudget.agent.compacting import (
+    adopt_window,
+    compact_under_line,
+    still_over_window,
+    undercount_scale,
+)
+from ctxbudget.agent.events import CompactionRecord, Trigger
+from ctxbudget.agent.settings import effective_max_output, policy_for, reply_reserve
+from ctxbudget.agent.silent import (
+    SilentOverflow,
+    cut_reply,
+    half_window,
+    served_overflow,
+    truncated_prompt,
+)
+from ctxbudget.budget.context import ContextEstimate, RequestCounterLike, UsageTrust, context_tokens
+from ctxbudget.budget.floor import check_prompt_floor, one_line
+from ctxbudget.budget.rules import Checkpoint, Policy, SessionEvidence, validate_window
+from ctxbudget.budget.usage import PromptGap
+from ctxbudget.errors import CompactionError, ContextOverflowError
+from ctxbudget.messages.model import Message, Request
+from ctxbudget.messages.usage import Usage
+
+if TYPE_CHECKING:
+    from ctxbudget.compaction.archive import Archive
+    from ctxbudget.compaction.summarizer import Summarizer
+
+__all__ = [
+    "ADAPTER_META_PREFIX",
+    "DEFAULT_MAX_COMPACTIONS_PER_TURN",
+    "BudgetSession",
+    "MemorySessionStore",
+    "Reply",
+    "SessionState",
+    "SessionStore",
+]
+
+Result = TypeVar("Result")
+
+# 3: enough for one compaction before a request, one after a long tool step and one on
+# overflow; a cap at all makes a compaction loop impossible (Codex users reported 111
+# compactions in one turn).
+DEFAULT_MAX_COMPACTIONS_PER_TURN = 3
+
+ADAPTER_META_PREFIX = "ctxbudget_"
+"""``Message.meta`` keys the adapters use to map messages back to their items; not archived."""
+
+EventSink = Callable[[str, dict[str, Any]], None]
+"""Receives ``overflow``, ``window_changed``, ``compaction`` and ``capped`` with their data."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What the silent-overflow checks read from a result: its usage and why it stopped."""
+
+    usage: Usage
+    stop_reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionState:
+    """A session's numbers, everything a restored session needs to decide as it would have."""
+
+    window: int
+    compaction_id: str | None = None
+    compacted_at: float | None = None
+    compactions: tuple[CompactionRecord, ...] = ()
+    summaries: tuple[str, ...] = ()
+    overflows: int = 0
+    learned: SessionEvidence = dataclasses.field(default_factory=SessionEvidence)
+    """The largest reply and step so far (the learned reserve)."""
+    max_request_tokens: int = 0
+    turn: int = 0
+    turn_compactions: int = 0
+    floor_checked: bool = False
+    whole_prompts: bool = False
+    """`UsageTrust.whole_prompts`: a server report agreed with our exact count."""
+    passed_over: PromptGap | None = None
+    """`UsageTrust.passed_over`: the report already said to be passed over."""
+    owed: Trigger | None = None
+    """A compaction a silent truncation made due, not made yet."""
+
+
+class SessionStore(Protocol):
+    """Where sessions' states live between requests (in memory here; SQLite, Redis later)."""
+
+    def load(self, key: str) -> SessionState | None:
+        """The state saved under ``key``, or None."""
+        ...
+
+    def save(self, key: str, state: SessionState) -> None:
+        """Keep ``state`` under ``key``, replacing what was there."""
+        ...
+
+
+class MemorySessionStore:
+    """A `SessionStore` in a dict (states are frozen, so they are shared, not copied)."""
+
+    def __init__(self) -> None:
+        self._states: dict[str, SessionState] = {}
+        self._lock = threading.Lock()
+
+    def load(self, key: str) -> SessionState | None:
+        """The state saved under ``key``, or None."""
+        with self._lock:
+            return self._states.get(key)
+
+    def save(self, key: str, state: SessionState) -> None:
+        """Keep ``state`` under ``key``."""
+        with self._lock:
+            self._states[key] = state
+
+
+class BudgetSession:
+    """Keeps one conversation inside ``window``: decides, compacts, recovers, records.
+
+    ``counter`` counts whole requests; ``policy`` is a rule name or `Policy`; ``summarizer`` the
+    default one (a call may pass its own). ``served_window`` asks the server its window (Ollama's
+    ``/api/ps``) when a truncation shows one. ``on_event`` hears what `Agent` emits.
+    """
+
+    def __init__(
+        self,
+        *,
+        window: int,
+        counter: RequestCounterLike,
+        policy: str | Policy = "ctxbudget",
+        strategy: str = "layered",
+        summarizer: Summarizer | None = None,
+        archive: Archive | None = None,
+        max_output_tokens: int | None = None,
+        max_compactions_per_turn: int = DEFAULT_MAX_COMPACTIONS_PER_TURN,
+        on_event: EventSink | None = None,
+        served_window: Callable[[], int | None] | None = None,
+        provider_name: str | None = None,
+        base_url: str | None = None,
+    ) -> None:
+        self.window = validate_window(window)
+        self.configured_window = self.window
+        self.policy_spec = policy
+        self.max_output_setting = max_output_tokens
+        self.policy = policy_for(policy, self.window, self.max_output_tokens)
+        self.strategy = strategy
+        self.counter = counter
+        self.summarizer = summarizer
+        self.archive = archive
+        self.max_compactions_per_turn = max_compactions_per_turn
+        self.on_event = on_event
+        self.served_window = served_window
+        self.provider_name = provider_name
+        self.base_url = base_url
+        self.compaction_id: str | None = None
+        self.compacted_at: float | None = None
+        """When the latest compaction ran: usage reported before it describes another context."""
+        self.compactions: list[CompactionRecord] = []
+        self.summaries: list[str] = []
+        """Every handoff summary written so far, oldest first."""
+        self.overflows = 0
+        self.learned = SessionEvidence()
+        """The largest reply and step so far: the ``ctxbudget`` rule keeps that much free."""
+        self.max_request_tokens = 0
+        self.floor_tokens = 0
+        self.turn = 0
+        self.turn_compactions = 0
+        self.sources: Counter[str] = Counter()
+        """How the checks reached their sizes: ``usage`` (usage-first) or ``count``."""
+        self.usage_trust = UsageTrust()
+        self.floor_checked = False
+        self._archived: set[str] = set()
+        self._replaced: tuple[Message, ...] = ()
+        self._view: tuple[Message, ...] = ()
+        self._owed: Trigger | None = None
+        """A compaction a silent truncation showed is needed, made by the next `prepare`."""
+        self._compacting = threading.RLock()
+        self._state = threading.RLock()
+
+    @property
+    def max_output_tokens(self) -> int:
+        """The reply limit a request should ask for: as configured, else a share of the window."""
+        return effective_max_output(self.window, self.max_output_setting)
+
+    @property
+    def largest_reply(self) -> int:
+        """The largest reply so far (``learned.largest_reply``)."""
+        return self.learned.largest_reply
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(
+        self,
+        request: Request,
+        send: Callable[[Request], Result],
+        *,
+        summarizer: Summarizer | None = None,
+        reply: Callable[[Result], Reply | None] | None = None,
+        new_turn: bool = False,
+        checkpoints: Sequence[Checkpoint] = ("before_request", "after_step"),
+    ) -> Result:
+        """Send ``request`` inside the window: prepare (floor, rule, compact), ``send``; on an
+        overflow adopt the stated window, compact harder and send once more; a second overflow is
+        `CompactionError`. ``send`` raises `ContextOverflowError` for an overflow (adapters map
+        their framework's errors with ``overflow_of``). With ``reply``, a reply cut by a smaller
+        window is dropped and resent, and a truncated prompt's window adopted (the next `prepare`
+        compacts). ``new_turn`` starts a turn: the per-turn compaction cap starts again;
+        ``checkpoints`` are those the rule is asked at before this request."""
+        sent = self.prepare(
+            request, summarizer=summarizer, new_turn=new_turn, checkpoints=checkpoints
+        )
+        try:
+            result = send(sent)
+        except ContextOverflowError as error:
+            sent = self.recover(sent, error, summarizer=summarizer)
+            return self._resend(sent, send, reply)
+        found = self._read(result, reply)
+        if found is not None and self.cut(sent, found) is not None:
+            sent = self.compact(sent, "context_overflow", summarizer=summarizer)
+            return self._resend(sent, send, reply)
+        if found is not None:
+            self._truncated(sent, found.usage)
+        return result
+
+    async def arun(
+        self,
+        request: Request,
+        send: Callable[[Request], Awaitable[Result]],
+        *,
+        summarizer: Summarizer | None = None,
+        reply: Callable[[Result], Reply | None] | None = None,
+        new_turn: bool = False,
+        checkpoints: Sequence[Checkpoint] = ("before_request", "after_step"),
+    ) -> Result:
+        """`run` for async I/O: the decisions and compactions run in a worker thread (a
+        summarizer that needs the event loop bridges to it itself), the sends on the loop."""
+        sent = await asyncio.to_thread(
+            self.prepare,
+            request,
+            summarizer=summarizer,
+            new_turn=new_turn,
+            checkpoints=checkpoints,
+        )
+        try:
+            result = await send(sent)
+        except ContextOverflowError as error:
+            sent = await asyncio.to_thread(self.recover, sent, error, summarizer=summarizer)
+            return await self._aresend(sent, send, reply)
+        found = self._read(result, reply)
+        if found is not None and self.cut(sent, found) is not None:
+            sent = await asyncio.to_thread(
+                self.compact, sent, "context_overflow", summarizer=summarizer
+            )
+            return await self._aresend(sent, send, reply)
+        if found is not None:
+            await asyncio.to_thread(self._truncated, sent, found.usage)
+        return result
+
+    def _resend(
+        self,
+        sent: Request,
+        send: Callable[[Request], Result],
+        reply: Callable[[Result], Reply | None] | None,
+    ) -> Result:
+        try:
+            result = send(sent)
+        except ContextOverflowError as again:
+            raise self.fail(again) from again
+        found = self._read(result, reply)
+        if found is not None:
+            self._truncated(sent, found.usage)
+        return result
+
+    async def _aresend(
+        self,
+        sent: Request,
+        send: Callable[[Request], Awaitable[Result]],
+        reply: Callable[[Result], Reply | None] | None,
+    ) -> Result:
+        try:
+            result = await send(sent)
+        except ContextOverflowError as again:
+            raise self.fail(again) from again
+        found = self._read(result, reply)
+        if found is not None:
+            await asyncio.to_thread(self._truncated, sent, found.usage)
+        return result
+
+    def _truncated(self, sent: Request, usage: Usage) -> None:
+        """After `check_truncation` found one, the next `prepare` compacts whatever the rule
+        says (the caller's view holds the reply by then, as `Agent`'s does when it compacts)."""
+        if self.check_truncation(sent, usage) is not None:
+            with self._state:
+                self._owed = "context_overflow"
+
+    @staticmethod
+    def _read(result: Result, reply: Callable[[Result], Reply | None] | None) -> Reply | None:
+        return None if reply is None else reply(result)
+
+    # -- the steps (for frameworks that own the send and the retry) ----------------------------
+
+    def prepare(
+        self,
+        request: Request,
+        *,
+        summarizer: Summarizer | None = None,
+        new_turn: bool = False,
+        checkpoints: Sequence[Checkpoint] = ("before_request", "after_step"),
+    ) -> Request:
+        """The request to send: ``request``, compacted when the rule fires (a prefix an earlier
+        call already compacted is replaced by its view first). The first call checks the prompt
+        floor (`PromptFloorExceeded`: nothing could fit)."""
+        with self._compacting:
+            if new_turn:
+                self.begin_turn()
+            if not self.floor_checked:
+                self.check_floor(request)
+            request = self._substitute(request)
+            self.observe(request.messages)
+            with self._state:
+                owed, self._owed = self._owed, None
+            if owed is not None:
+                return self.compact(request, owed, summarizer=summarizer)
+            if not self.should_compact(request, checkpoints):
+                return request
+            return self.compact(request, "context_pressure", summarizer=summarizer)
+
+    def recover(
+        self, request: Request, error: ContextOverflowError, *, summarizer: Summarizer | None = None
+    ) -> Request:
+        """After the server rejected ``request`` as too long: count it, adopt its stated window
+        and compact harder (by how far our count fell short of the server's)."""
+        with self._compacting:
+            self.overflowed(error)
+            scale = undercount_scale(self.counter.count(request).total, error.prompt_tokens)
+            self.observe(request.messages)
+            return self.compact(request, "context_overflow", scale=scale, summarizer=summarizer)
+
+    def fail(self, error: BaseException, *, count: bool = True) -> CompactionError:
+        """The error for a request that overflowed again after its compaction (counted as an
+        overflow unless ``count`` is False)."""
+        if count and isinstance(error, ContextOverflowError):
+            self.overflowed(error)
+        return CompactionError(still_over_window(error))
+
+    def begin_turn(self, turn: int | None = None) -> None:
+        """A new user turn (number ``turn``, else the next): the compaction cap starts again."""
+        with self._state:
+            self.turn = self.turn + 1 if turn is None else turn
+            self.turn_compactions = 0
+
+    # -- decisions -------------------------------------------------------------------------------
+
+    def estimate(self, request: Request) -> ContextEstimate:
+        """The request's size, usage-first (a report far below our exact count is passed over,
+        and that is said once)."""
+        estimate = context_tokens(
+            request, self.counter, compaction_id=self.compaction_id, compacted_at=self.compacted_at
+        )
+        with self._state:
+            self.usage_trust.note(estimate.passed_over)
+            self.sources[estimate.source] += 1
+        return estimate
+
+    def should_compact(
+        self, request: Request, checkpoints: Sequence[Checkpoint] = ("before_request",)
+    ) -> bool:
+        """True when the rule, checked at one of ``checkpoints``, fires for ``request`` with the
+        learned reply reserve, and this turn's cap of pressure compactions is not reached."""
+        if not any(c in self.policy.checked for c in checkpoints):
+            return False
+        tokens = self.estimate(request).tokens
+        seen = self.learned.seeing(tokens)  # the step that led here is already seen
+        if not self.policy.fires_in_session(
+            tokens,
+            self.window,
+            largest_reply=seen.largest_reply,
+            largest_growth=seen.largest_growth,
+        ):
+            return False
+        if self.turn_compactions >= self.max_compactions_per_turn:
+            self._emit("capped", tokens=tokens, cap=self.max_compactions_per_turn)
+            return False
+        return True
+
+    def check_floor(self, request: Request) -> None:
+        """Raise `PromptFloorExceeded` when system + tools + reply reserve exceed the window."""
+        count = self.counter.count(request)
+        reserve = reply_reserve(self.policy, self.window, self.max_output_tokens)
+        with self._state:
+            self.floor_tokens = count.floor
+        check_prompt_floor(
+            count,
+            self.window,
+            reserve,
+            provider_name=self.provider_name,
+            base_url=self.base_url,
+            request=request,
+        )
+        self.floor_checked = True
+
+    def cut(self, sent: Request, reply: Reply) -> SilentOverflow | None:
+        """A reply stopped by a window smaller than ours: counted as an overflow, its window
+        adopted; the caller drops the reply, compacts and resends."""
+        found = cut_reply(
+            reply.usage,
+            reply.stop_reason,
+            asked=sent.max_output_tokens or self.max_output_tokens,
+            window=self.window,
+        )
+        if found is not None:
+            self.silent_overflow(found, reply.usage.input_tokens, "length")
+        return found
+
+    def check_truncation(self, sent: Request, usage: Usage) -> SilentOverflow | None:
+        """A prompt the server silently shortened (from a server known to report whole prompts):
+        adopt the window it shows. The caller compacts (the reply stays: the server answered the
+        newest messages, which truncation keeps)."""
+        count = self.counter.count(sent)
+        with self._state:
+            gap = self.usage_trust.truncation(usage, count)
+        if gap is None:
+            return None
+        found = truncated_prompt(usage, count.total)
+        if found is None:
+            return None
+        found = self._truncation_window(sent, found, count.total)
+        self.silent_overflow(found, usage.input_tokens, "truncated")
+        return found
+
+    def _truncation_window(
+        self, sent: Request, found: SilentOverflow, counted: int
+    ) -> SilentOverflow:
+        """The server's own window when it can be asked, else the one behind Ollama's
+        half-window cut, else the reported size (never more than the real window)."""
+        reported = found.limit
+        served_now = self.served_window() if self.served_window is not None else None
+        served = served_overflow(reported, counted, served_now)
+        if served is not None:
+            return served
+        kept = (
+            self.counter.count(sent.with_messages(sent.messages[dropped:])).total
+            for dropped in range(1, len(sent.messages))
+        )
+        half = half_window(reported, counted, kept)
+        # Not smaller than the window in force: a guess already adopted and still truncated,
+        # so the guess was too large (see half_window); the reported size is sure.
+        return half if half is not None and half.limit < self.window else found
+
+    # -- state changes ---------------------------------------------------------------------------
+
+    def overflowed(self, error: ContextOverflowError) -> None:
+        """Count a refused request and adopt the window its error states (when smaller)."""
+        self._count_overflow(
+            limit=error.limit, prompt_tokens=error.prompt_tokens, message=one_line(str(error))
+        )
+        if error.limit is not None:
+            self.adopt(error.limit, "the server stated its real context length")
+
+    def silent_overflow(self, found: SilentOverflow, prompt_tokens: int, silent: str) -> None:
+        """Count an overflow the server did not report as an error, and adopt its window."""
+        self._count_overflow(
+            limit=found.limit, prompt_tokens=prompt_tokens, message=found.reason, silent=silent
+        )
+        self.adopt(found.limit, found.reason)
+
+    def _count_overflow(self, **data: Any) -> None:
+        with self._state:
+            self.overflows += 1
+            overflows = self.overflows
+        if self.archive is not None:
+            self.archive.append_meta({"overflows": overflows})
+        self._emit("overflow", **data)
+
+    def adopt(self, limit: int, reason: str, *, request: Request | None = None) -> bool:
+        """Adopt ``limit`` as the window when it is smaller (never larger: a larger stated limit
+        says our count was low, not that the chosen window should grow)."""
+        with self._state:
+            adopted = adopt_window(
+                limit, self.window, self.policy_spec, self.max_output_setting, self.archive
+            )
+            if adopted is None:
+                return False
+            old = self.window
+            self.window, self.policy = adopted
+        self._emit("window_changed", old=old, window=self.window, reason=reason)
+        self.floor_checked = False  # the next request checks the floor in the new window
+        if request is not None:
+            self.check_floor(request)
+        return True
+
+    def compact(
+        self,
+        request: Request,
+        trigger: Trigger,
+        *,
+        scale: float = 1.0,
+        summarizer: Summarizer | None = None,
+    ) -> Request:
+        """``request`` compacted under the rule's line (lowered by ``scale`` < 1), recorded."""
+        with self._compacting:
+            if not self.floor_checked:
+                self.check_floor(request)  # after an adopted window
+            result, record = compact_under_line(
+                request,
+                self.counter,
+                policy=self.policy,
+                window=self.window,
+                max_output=self.max_output_tokens,
+                strategy=self.strategy,
+                summarizer=summarizer if summarizer is not None else self.summarizer,
+                number=len(self.compactions) + 1,
+                trigger=trigger,
+                turn=self.turn,
+                scale=scale,
+            )
+            compacted = request.with_messages(result.messages)
+            with self._state:
+                # The cap binds pressure compactions (`should_compact`); an overflow compaction
+                # is bounded by the retry-once and is the only way forward.
+                self.turn_compactions += 1
+                self.compacted_at = time.time()
+                self.compaction_id = result.compaction_id
+                self.learned = self.learned.after_compaction()  # its drop is not a step
+                if result.summary:
+                    self.summaries.append(result.summary)
+                self.compactions.append(record)
+                number = len(self.compactions)
+                self._replaced, self._view = request.messages, compacted.messages
+            if self.archive is not None:
+                view = tuple(_clean(m) for m in result.messages)
+                # The view's new messages (summary, placeholders) live in the compaction record.
+                self._archived.update(_digest(m) for m in view)
+                self.archive.append_compaction(
+                    dataclasses.replace(result, messages=view),
+                    trigger=trigger,
+                    extra={"turn": self.turn},
+                )
+                # One key per compaction, so a resumed session still lists them all.
+                self.archive.append_meta({f"compaction.{number}": record.to_json()})
+            self._emit("compaction", **record.to_json())
+            return compacted
+
+    def _substitute(self, request: Request) -> Request:
+        """``request`` with the prefix the last compaction replaced swapped for its view: a
+        concurrent or repeated call with the uncompacted list is not compacted again."""
+        replaced = self._replaced
+        n = len(replaced)
+        if n and request.messages[:n] == replaced:
+            return request.with_messages((*self._view, *request.messages[n:]))
+        return request
+
+    def record(
+        self,
+        usage: Usage,
+        *,
+        prompt_tokens: int | None = None,
+        call_index: int | None = None,
+        archive: bool = True,
+    ) -> Usage:
+        """``usage`` of a reply, tagged with the compaction in force and the time; the learned
+        reserve learns the reply and the step (``prompt_tokens``: the sent prompt as the rule
+        counted it; else the server's report, as a resumed archive does); archived (as model
+        call ``call_index``) when archiving and ``archive``."""
+        with self._state:
+            stamped = dataclasses.replace(
+                usage, compaction_id=self.compaction_id, timestamp=usage.timestamp or time.time()
+            )
+            prompt = usage.input_tokens if prompt_tokens is None else prompt_tokens
+            self.learned = self.learned.after_call(prompt, stamped.output_tokens)
+            if prompt == 0:  # no prompt size (llama.cpp's zeros): no step to measure from it
+                self.learned = self.learned.after_compaction()
+            self.max_request_tokens = max(self.max_request_tokens, stamped.input_tokens)
+            index = len(self._archived) if call_index is None else call_index
+        if self.archive is not None and archive:
+            self.archive.append_usage(stamped, index)
+        return stamped
+
+    def observe(self, messages: Sequence[Message]) -> None:
+        """Archive the messages not archived yet (the adapters hand over whole lists)."""
+        if self.archive is None:
+            return
+        with self._state:
+            for message in messages:
+                clean = _clean(message)
+                key = _digest(clean)
+                if key not in self._archived and not clean.is_summary:
+                    self._archived.add(key)
+                    self.archive.append_message(clean)
+
+    def _emit(self, kind: str, **data: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(kind, data)
+
+    # -- saved state -----------------------------------------------------------------------------
+
+    def snapshot(self) -> SessionState:
+        """The session's numbers now, as a frozen value."""
+        with self._state:
+            return SessionState(
+                window=self.window,
+                compaction_id=self.compaction_id,
+                compacted_at=self.compacted_at,
+                compactions=tuple(self.compactions),
+                summaries=tuple(self.summaries),
+                overflows=self.overflows,
+                learned=self.learned,
+                max_request_tokens=self.max_request_tokens,
+                turn=self.turn,
+                turn_compactions=self.turn_compactions,
+                floor_checked=self.floor_checked,
+                whole_prompts=self.usage_trust.whole_prompts,
+                passed_over=self.usage_trust.passed_over,
+                owed=self._owed,
+            )
+
+    def apply(self, state: SessionState) -> None:
+        """Continue from ``state`` (its window is one this session adopted, or an archive's)."""
+        with self._state:
+            window = validate_window(state.window)
+            self.window = window
+            self.policy = policy_for(self.policy_spec, window, self.max_output_tokens)
+            self.compaction_id = state.compaction_id
+            self.compacted_at = state.compacted_at
+            self.compactions = list(state.compactions)
+            self.summaries = list(state.summaries)
+            self.overflows = state.overflows
+            self.learned = state.learned
+            self.max_request_tokens = state.max_request_tokens
+            self.turn = state.turn
+            self.turn_compactions = state.turn_compactions
+            self.floor_checked = state.floor_checked
+            self.usage_trust.whole_prompts = state.whole_prompts
+            self.usage_trust.passed_over = state.passed_over
+            self._owed = state.owed
+
+    def save(self, store: SessionStore, key: str) -> None:
+        """Keep this session's state in ``store`` under ``key``."""
+        store.save(key, self.snapshot())
+
+    def restore(self, store: SessionStore, key: str) -> bool:
+        """Continue the session saved under ``key``; False when there is none."""
+        state = store.load(key)
+        if state is None:
+            return False
+        self.apply(state)
+        return True
+
+    def report(self) -> dict[str, Any]:
+        """The numbers: window, overflows, and each compaction (``ctxbudget demo`` keys)."""
+        return {
+            "window": self.window,
+            "configured_window": self.configured_window,
+            "overflows": self.overflows,
+            "compactions": [c.to_json() for c in self.compactions],
+        }
+
+
+def _clean(message: Message) -> Message:
+    meta = {k: v for k, v in message.meta.items() if not k.startswith(ADAPTER_META_PREFIX)}
+    return dataclasses.replace(message, meta=meta)
+
+
+def _digest(message: Message) -> str:
+    """The message's identity in the archive: what the model reads. Usage and meta are left out:
+    a message handed back to a framework and read again has lost them."""
+    from ctxbudget.compaction.archive import text_digest
+    from ctxbudget.compaction.records import message_to_record
+
+    record = message_to_record(dataclasses.replace(message, usage=None, meta={}))
+    return text_digest(json.dumps(record, sort_keys=True, ensure_ascii=False, default=str))
