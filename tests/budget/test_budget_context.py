@@ -27,7 +27,7 @@ class CharCounter:
 
     def count(self, request: Request) -> RequestCount:
         per = tuple(math.ceil(len(m.text) / 4) + FRAMING for m in request.messages)
-        system = math.ceil(len(request.system) / 4) + FRAMING
+        system = math.ceil(len(request.system or "") / 4) + FRAMING
         tools = sum(math.ceil(len(t.name + t.description) / 4) for t in request.tools)
         return RequestCount(
             counter="chars/4",

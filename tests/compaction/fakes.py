@@ -28,7 +28,7 @@ class FakeCounter:
 
     def count(self, request: Request) -> RequestCount:
         self.calls += 1
-        system = len(request.system) // 4 + 10
+        system = len(request.system or "") // 4 + 10
         tools = (
             sum(
                 len(t.name) + len(t.description) + len(json.dumps(dict(t.parameters)))

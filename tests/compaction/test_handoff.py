@@ -103,7 +103,7 @@ def test_summarizer_system_prompt_carries_every_section() -> None:
 
 
 def count4(request: Request) -> int:
-    return (len(request.system) + sum(len(m.text) for m in request.messages)) // 4
+    return (len(request.system or "") + sum(len(m.text) for m in request.messages)) // 4
 
 
 def test_shrink_in_steps_clips_harder_before_dropping() -> None:

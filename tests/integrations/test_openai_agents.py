@@ -31,25 +31,25 @@ from ctxbudget.integrations.openai_agents import context_budget_filter
 from ctxbudget.messages.openai import request_from_openai
 
 
+def _coding_run(budget: Any, base_url: str) -> Any:
+    """The coding agent's task run by the Agents SDK through ``budget``'s filter and hooks,
+    against the scripted server at ``base_url``."""
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="none", max_retries=0)
+    agent = Agent(
+        name="coder",
+        instructions="You are a careful coding agent.",
+        tools=[function_tool(read_file), function_tool(run)],
+        model=OpenAIChatCompletionsModel(model="scripted", openai_client=client),
+    )
+    config = budget.run_config(tracing_disabled=True)
+    hooks = budget.hooks
+    return asyncio.run(Runner.run(agent, TASK, run_config=config, hooks=hooks, max_turns=100))
+
+
 def test_a_runner_loop_stays_inside_the_window() -> None:
     budget = context_budget_filter(window=CONFIGURED_WINDOW, tokenizer=TOKENIZER)
     with ChatServer() as server:
-        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="none", max_retries=0)
-        agent = Agent(
-            name="coder",
-            instructions="You are a careful coding agent.",
-            tools=[function_tool(read_file), function_tool(run)],
-            model=OpenAIChatCompletionsModel(model="scripted", openai_client=client),
-        )
-        result = asyncio.run(
-            Runner.run(
-                agent,
-                TASK,
-                run_config=budget.run_config(tracing_disabled=True),
-                hooks=budget.hooks,
-                max_turns=100,
-            )
-        )
+        result = _coding_run(budget, server.base_url)
     script = server.model
     assert result.final_output == FINAL_ANSWER
     last = server.requests[-1].json()["messages"]
@@ -61,7 +61,7 @@ class _OverAfterCompaction(ScriptedModel):
     """Writes summaries, but rejects every task request as over its window, compacted or not."""
 
     def respond(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        if request_from_openai(body).system.startswith(SUMMARIZER_SYSTEM[:60]):
+        if (request_from_openai(body).system or "").startswith(SUMMARIZER_SYSTEM[:60]):
             return super().respond(body)
         self.prompts.append(len(body["messages"]))
         return 400, overflow_body(SERVER_WINDOW + 1)
@@ -114,21 +114,6 @@ def test_a_usage_of_the_uncached_part_alone_is_passed_over() -> None:
     script = ScriptedModel(window=SERVER_WINDOW, tokenizer=EXACT_TOKENIZER, uncached_only=True)
     budget = context_budget_filter(window=SERVER_WINDOW, tokenizer=EXACT_TOKENIZER)
     with ChatServer(script) as server:
-        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="none", max_retries=0)
-        agent = Agent(
-            name="coder",
-            instructions="You are a careful coding agent.",
-            tools=[function_tool(read_file), function_tool(run)],
-            model=OpenAIChatCompletionsModel(model="scripted", openai_client=client),
-        )
-        result = asyncio.run(
-            Runner.run(
-                agent,
-                TASK,
-                run_config=budget.run_config(tracing_disabled=True),
-                hooks=budget.hooks,
-                max_turns=100,
-            )
-        )
+        result = _coding_run(budget, server.base_url)
     assert result.final_output == FINAL_ANSWER
     check_under_reported_loop(script, budget.guard)

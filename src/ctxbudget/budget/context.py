@@ -117,13 +117,7 @@ def context_tokens(
         request.messages, compaction_id=compaction_id, compacted_at=compacted_at
     )
     if index is None:
-        return ContextEstimate(
-            tokens=count.total,
-            usage_tokens=0,
-            trailing_tokens=count.total,
-            source="count",
-            usage_index=None,
-        )
+        return _counted(count)
     usage = request.messages[index].usage
     assert usage is not None  # last_usage_index only returns messages with usage
     trailing = sum(count.per_message[index + 1 :])
@@ -133,14 +127,7 @@ def context_tokens(
         reported_on = count.total - trailing - count.per_message[index]
         gap = prompt_gap(usage.input_tokens, reported_on)
         if gap is not None:
-            return ContextEstimate(
-                tokens=count.total,
-                usage_tokens=0,
-                trailing_tokens=count.total,
-                source="count",
-                usage_index=None,
-                passed_over=gap,
-            )
+            return _counted(count, passed_over=gap)
     base = usage_tokens(usage, resend_reasoning=resend_reasoning)
     return ContextEstimate(
         tokens=base + trailing,
@@ -150,6 +137,18 @@ def context_tokens(
         usage_index=index,
     )
 
+
+
+def _counted(count: RequestCount, *, passed_over: PromptGap | None = None) -> ContextEstimate:
+    """The estimate when the whole request is counted (no usable report, or one passed over)."""
+    return ContextEstimate(
+        tokens=count.total,
+        usage_tokens=0,
+        trailing_tokens=count.total,
+        source="count",
+        usage_index=None,
+        passed_over=passed_over,
+    )
 
 class UsageTrust:
     """A session's reading of its usage reports against our exact counts: it says once that a

@@ -29,6 +29,9 @@ from jinja2.parser import Parser
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from ctxbudget.tokens.pieces import PIECE_CHARS
+from ctxbudget.tokens.registry import TOKENIZE_SECONDS
+
 DEFAULT_RENDER_SECONDS = 10.0
 """A render deadline: a 1M-token request renders in well under a second on one core."""
 MAX_VALUE_CHARS = 8 * 2**20
@@ -74,6 +77,15 @@ class Limits:
     value_chars: int = MAX_VALUE_CHARS
     output_chars: int = MAX_OUTPUT_CHARS
     input_chars: int = 0
+
+    @property
+    def deadline(self) -> float:
+        """``seconds``, plus the tokenizer's allowance for input of this size: a count tokenises
+        its messages inside the render's deadline, so a 12 MB message (legitimate, if far past
+        any window) must not fail where a small one passes. The allowance is the pace the
+        tokenizer itself is held to (``TOKENIZE_SECONDS`` per ``PIECE_CHARS``): linear in the
+        input, so still bounded."""
+        return self.seconds + TOKENIZE_SECONDS * self.input_chars / PIECE_CHARS
 
     @property
     def max_value(self) -> int:
@@ -424,13 +436,13 @@ def run_bounded(call: Callable[[], _T], limits: Limits) -> _T:
     ``TemplateError``."""
     _current.limits, _current.max_value = limits, limits.max_value
     try:
-        ident = _WATCHDOG.enter(limits.seconds)
+        ident = _WATCHDOG.enter(limits.deadline)
         try:
             return call()
         finally:
             _WATCHDOG.leave(ident)
     except RenderTimeout:
-        raise TemplateError(f"the template ran past its {limits.seconds:g} s deadline") from None
+        raise TemplateError(f"the template ran past its {limits.deadline:.3g} s deadline") from None
     finally:
         _current.limits, _current.max_value = None, _DEFAULT_MAX_VALUE
 
