@@ -3,6 +3,8 @@ several threads): it holds no per-call state, so each thread's count is the one 
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -183,3 +185,22 @@ def test_request_counters_in_several_threads_count_as_one_thread_does(
     errors = run_threads([conversation(i) for i in range(THREADS // 2)] + [plain_text] * 4)
     assert not errors, f"{len(errors)} of {THREADS} threads went wrong, first: {errors[0]!r}"
     assert results == {i: expected for i in range(THREADS // 2)}
+
+
+def test_a_folder_that_splits_special_tokens_reads_them_as_text_either_way(
+    hf_folder: Callable[[str], Path], tmp_path: Path
+) -> None:
+    # split_special_tokens on: the folder's own tokenizer serves plain text too (no twin).
+    folder = tmp_path / "split"
+    shutil.copytree(hf_folder("qwen2.5"), folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(config | {"split_special_tokens": True}), encoding="utf-8"
+    )
+    split = registry._build_hf(str(folder))
+    usual = get_tokenizer(f"hf:{hf_folder('qwen2.5')}")
+    for text in TEXTS:
+        plain = usual.encode(text, special=False)
+        assert split.encode(text, special=True) == split.encode(text, special=False) == plain
+        assert split.count_special(text) == len(plain)
+    assert [split.count_special(t) for t in TEXTS] != [usual.count_special(t) for t in TEXTS]
