@@ -97,10 +97,12 @@ __all__ = [
     "ADAPTER_META_PREFIX",
     "DEFAULT_MAX_COMPACTIONS_PER_TURN",
     "BudgetSession",
+    "CompactedPrefix",
     "MemorySessionStore",
     "Reply",
     "SessionState",
     "SessionStore",
+    "prefix_digest",
 ]
 
 Result = TypeVar("Result")
@@ -126,6 +128,18 @@ class Reply:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CompactedPrefix:
+    """The prefix the latest compaction replaced, by its `prefix_digest`, and the view that
+    stands in for it: a later request that starts with the prefix is sent with the view instead
+    (not summarised again, also after a restart)."""
+
+    length: int
+    """How many messages the prefix has."""
+    digest: str
+    view: tuple[Message, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionState:
     """A session's numbers, everything a restored session needs to decide as it would have."""
 
@@ -147,6 +161,11 @@ class SessionState:
     """`UsageTrust.passed_over`: the report already said to be passed over."""
     owed: Trigger | None = None
     """A compaction a silent truncation made due, not made yet."""
+    prefix: CompactedPrefix | None = None
+    """The latest compaction's prefix and view (a restored session reuses the view)."""
+    archived: frozenset[str] = frozenset()
+    """The digests of the messages already archived (a restored session does not append them
+    again)."""
 
 
 class SessionStore(Protocol):
@@ -235,8 +254,7 @@ class BudgetSession:
         self.usage_trust = UsageTrust()
         self.floor_checked = False
         self._archived: set[str] = set()
-        self._replaced: tuple[Message, ...] = ()
-        self._view: tuple[Message, ...] = ()
+        self._prefix: CompactedPrefix | None = None
         self._owed: Trigger | None = None
         """A compaction a silent truncation showed is needed, made by the next `prepare`."""
         self._compacting = threading.RLock()
@@ -580,6 +598,11 @@ class BudgetSession:
                 scale=scale,
             )
             compacted = request.with_messages(result.messages)
+            prefix = CompactedPrefix(
+                length=len(request.messages),
+                digest=prefix_digest(request.messages),
+                view=compacted.messages,
+            )
             with self._state:
                 # The cap binds pressure compactions (`should_compact`); an overflow compaction
                 # is bounded by the retry-once and is the only way forward.
@@ -591,7 +614,7 @@ class BudgetSession:
                     self.summaries.append(result.summary)
                 self.compactions.append(record)
                 number = len(self.compactions)
-                self._replaced, self._view = request.messages, compacted.messages
+                self._prefix = prefix
             if self.archive is not None:
                 view = tuple(_clean(m) for m in result.messages)
                 # The view's new messages (summary, placeholders) live in the compaction record.
@@ -609,10 +632,12 @@ class BudgetSession:
     def _substitute(self, request: Request) -> Request:
         """``request`` with the prefix the last compaction replaced swapped for its view: a
         concurrent or repeated call with the uncompacted list is not compacted again."""
-        replaced = self._replaced
-        n = len(replaced)
-        if n and request.messages[:n] == replaced:
-            return request.with_messages((*self._view, *request.messages[n:]))
+        prefix = self._prefix
+        if prefix is None or len(request.messages) < prefix.length:
+            return request
+        head = request.messages[: prefix.length]
+        if prefix_digest(head) == prefix.digest:
+            return request.with_messages((*prefix.view, *request.messages[prefix.length :]))
         return request
 
     def record(
@@ -677,6 +702,8 @@ class BudgetSession:
                 whole_prompts=self.usage_trust.whole_prompts,
                 passed_over=self.usage_trust.passed_over,
                 owed=self._owed,
+                prefix=self._prefix,
+                archived=frozenset(self._archived),
             )
 
     def apply(self, state: SessionState) -> None:
@@ -698,6 +725,8 @@ class BudgetSession:
             self.usage_trust.whole_prompts = state.whole_prompts
             self.usage_trust.passed_over = state.passed_over
             self._owed = state.owed
+            self._prefix = state.prefix
+            self._archived = set(state.archived)
 
     def save(self, store: SessionStore, key: str) -> None:
         """Keep this session's state in ``store`` under ``key``."""
@@ -734,3 +763,12 @@ def _digest(message: Message) -> str:
 
     record = message_to_record(dataclasses.replace(message, usage=None, meta={}))
     return text_digest(json.dumps(record, sort_keys=True, ensure_ascii=False, default=str))
+
+
+def prefix_digest(messages: Sequence[Message]) -> str:
+    """The identity of a list of messages: the digest of its messages' archive identities (what
+    the model reads, usage and meta left out), so a prefix handed back by a framework, or read
+    from a saved state, is recognised."""
+    from ctxbudget.compaction.archive import text_digest
+
+    return text_digest("\n".join(_digest(m) for m in messages))

@@ -138,7 +138,6 @@ def context_tokens(
     )
 
 
-
 def _counted(count: RequestCount, *, passed_over: PromptGap | None = None) -> ContextEstimate:
     """The estimate when the whole request is counted (no usable report, or one passed over)."""
     return ContextEstimate(
@@ -149,6 +148,7 @@ def _counted(count: RequestCount, *, passed_over: PromptGap | None = None) -> Co
         usage_index=None,
         passed_over=passed_over,
     )
+
 
 class UsageTrust:
     """A session's reading of its usage reports against our exact counts: it says once that a
