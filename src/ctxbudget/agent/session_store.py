@@ -314,7 +314,7 @@ class SqliteSessionStore:
                 check_same_thread=False,  # the lock serialises the threads
             )
         except sqlite3.Error as exc:
-            raise self._error(exc) from None
+            raise self._error(exc, opening=True) from None
         try:
             self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self._db.execute("PRAGMA journal_mode = WAL")
@@ -325,7 +325,7 @@ class SqliteSessionStore:
             self._db.execute("SELECT key, json, updated_at FROM session_state LIMIT 0")
         except sqlite3.Error as exc:
             self._db.close()
-            raise self._error(exc) from None
+            raise self._error(exc, opening=True) from None
 
     def load(self, key: str) -> SessionState | None:
         """The state saved under ``key``, or None."""
@@ -390,16 +390,18 @@ class SqliteSessionStore:
     ) -> None:
         self.close()
 
-    def _error(self, exc: sqlite3.Error) -> InputError | ArchiveError:
-        """One line naming the file: a file that is not a state store is bad input; a lock held
-        past the timeout, or a disk that refuses, is a store that cannot be written."""
+    def _error(self, exc: sqlite3.Error, *, opening: bool = False) -> InputError | ArchiveError:
+        """One line naming the file: a file that is not a state store (found on opening, or
+        corrupt later) is bad input; a lock held past the timeout, or a disk that refuses, is a
+        store that cannot be written."""
         reason = _first_line(exc)
-        if isinstance(exc, sqlite3.OperationalError) and ("locked" in reason or "busy" in reason):
+        operational = isinstance(exc, sqlite3.OperationalError)
+        if operational and ("locked" in reason or "busy" in reason):
             return ArchiveError(
                 f"{self.path}: the state store stayed locked by another process for "
                 f"{BUSY_TIMEOUT_MS / 1000:g} s ({reason}); try again"
             )
-        if isinstance(exc, sqlite3.DatabaseError):
+        if isinstance(exc, sqlite3.DatabaseError) and (opening or not operational):
             return InputError(
                 f"{self.path}: not a ctxbudget state store ({reason}); move it away or pass "
                 "another --state path"
