@@ -40,7 +40,7 @@ from ctxbudget.counting import RequestCounter
 from ctxbudget.errors import CtxbudgetError, InputError
 from ctxbudget.messages.model import Message, Request
 
-# -- the JSON form ----------------------------------------------------------------------------------
+# -- the JSON form --------------------------------------------------------------------------------
 
 counts = st.integers(0, 2**63 - 1)
 digests = st.from_regex(r"[0-9a-f]{40}", fullmatch=True)
@@ -173,7 +173,7 @@ def test_a_state_over_the_size_cap_is_refused_both_ways(monkeypatch: pytest.Monk
         state_from_json('{"version": 1, "window": 10, "summaries": ["' + "x" * 2000 + '"]}')
 
 
-# -- the SQLite store -------------------------------------------------------------------------------
+# -- the SQLite store -----------------------------------------------------------------------------
 
 
 def _state(n: int) -> SessionState:
@@ -269,7 +269,7 @@ def test_another_programs_database_and_a_corrupt_row_are_one_line(tmp_path: Path
 
 
 def test_a_directory_is_refused_in_one_line(tmp_path: Path) -> None:
-    with pytest.raises(CtxbudgetError, match="state store .* is a directory"):
+    with pytest.raises(CtxbudgetError, match=r"state store .* is a directory"):
         SqliteSessionStore(tmp_path)
 
 
@@ -471,6 +471,7 @@ def test_a_restored_session_does_not_archive_its_messages_again(
     with Archive(tmp_path / "a.jsonl") as archive:
         restored = BudgetSession(window=100_000, counter=qwen3, archive=archive)
         assert restored.restore(store, "conv")
-        restored.prepare(request.with_messages((*request.messages, Message(role="user", content="more"))))
+        more = Message(role="user", content="more")
+        restored.prepare(request.with_messages((*request.messages, more)))
     history = load_archive(tmp_path / "a.jsonl").history
     assert len(history) == len(request.messages) + 1  # only the new message
