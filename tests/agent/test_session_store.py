@@ -475,3 +475,29 @@ def test_a_restored_session_does_not_archive_its_messages_again(
         restored.prepare(request.with_messages((*request.messages, more)))
     history = load_archive(tmp_path / "a.jsonl").history
     assert len(history) == len(request.messages) + 1  # only the new message
+
+
+def test_a_restored_session_matches_by_digest_and_leaves_a_view_alone(
+    qwen3: RequestCounter,
+) -> None:
+    """Restored, a session knows the prefix by its digest only: the prefix handed back with
+    other meta gets the view; a request that already starts with the view is sent as it is."""
+    summarizer = CountingSummarizer()
+    options = {"window": 2048, "counter": qwen3, "summarizer": summarizer, "strategy": "summarize"}
+    live = BudgetSession(**options)  # type: ignore[arg-type]
+    request = _conversation()
+    view = live.prepare(request, new_turn=True).messages
+    store = MemorySessionStore()
+    store.save("conv", state_from_json(state_to_json(live.snapshot())))
+
+    more = (Message(role="assistant", content="Nothing."), Message(role="user", content="ok?"))
+    tagged = tuple(
+        Message(role=m.role, content=m.content, meta={"ctxbudget_source": i})
+        for i, m in enumerate(request.messages)
+    )
+    for messages in ((*tagged, *more), (*view, *more)):
+        restored = BudgetSession(**options)  # type: ignore[arg-type]
+        assert restored.restore(store, "conv")
+        sent = restored.prepare(request.with_messages(messages), new_turn=True)
+        assert sent.messages == (*view, *more)
+    assert summarizer.calls == 1  # the live session's one compaction

@@ -35,7 +35,9 @@ difference is now decided here, as `Agent` decides, unless said):
 7. The summarizer: the guard's was an attribute every adapter reassigned before each call (a
    race between concurrent calls); here it is fixed at construction or passed per call.
 8. State: `Agent` restores from its archive's meta; the guard kept everything in memory only.
-   Here `snapshot` / `apply` and `save` / `restore` through a `SessionStore`.
+   Here `snapshot` / `apply` and `save` / `restore` through a `SessionStore` (its JSON form and
+   the SQLite store: `ctxbudget.agent.session_store`); the state keeps the latest compaction's
+   prefix (by `prefix_digest`) and view, so a restored session reuses it.
 
 Who drives what. The OpenAI SDK client (sync and async) and the LangChain middleware (sync and
 async) hand their send to `run` / `arun`. pydantic-ai and the Agents SDK own their send and their
@@ -169,7 +171,8 @@ class SessionState:
 
 
 class SessionStore(Protocol):
-    """Where sessions' states live between requests (in memory here; SQLite, Redis later)."""
+    """Where sessions' states live between requests: `MemorySessionStore`, `SqliteSessionStore`
+    (``ctxbudget.agent.session_store``); a shared one (Redis) can follow."""
 
     def load(self, key: str) -> SessionState | None:
         """The state saved under ``key``, or None."""
@@ -255,6 +258,9 @@ class BudgetSession:
         self.floor_checked = False
         self._archived: set[str] = set()
         self._prefix: CompactedPrefix | None = None
+        self._replaced: tuple[Message, ...] = ()
+        """The messages `_prefix` stands for, when this process has seen them: compared as they
+        are, before any digest is taken."""
         self._owed: Trigger | None = None
         """A compaction a silent truncation showed is needed, made by the next `prepare`."""
         self._compacting = threading.RLock()
@@ -614,7 +620,7 @@ class BudgetSession:
                     self.summaries.append(result.summary)
                 self.compactions.append(record)
                 number = len(self.compactions)
-                self._prefix = prefix
+                self._prefix, self._replaced = prefix, request.messages
             if self.archive is not None:
                 view = tuple(_clean(m) for m in result.messages)
                 # The view's new messages (summary, placeholders) live in the compaction record.
@@ -633,12 +639,18 @@ class BudgetSession:
         """``request`` with the prefix the last compaction replaced swapped for its view: a
         concurrent or repeated call with the uncompacted list is not compacted again."""
         prefix = self._prefix
-        if prefix is None or len(request.messages) < prefix.length:
+        if prefix is None or not 0 < prefix.length <= len(request.messages):
             return request
         head = request.messages[: prefix.length]
-        if prefix_digest(head) == prefix.digest:
-            return request.with_messages((*prefix.view, *request.messages[prefix.length :]))
-        return request
+        if head != self._replaced:
+            # A restored session knows the prefix by its digest only. A request that already
+            # starts with the view is not taken apart (the digest costs ~9 us a message).
+            if request.messages[: len(prefix.view)] == prefix.view:
+                return request
+            if prefix_digest(head) != prefix.digest:
+                return request
+            self._replaced = head  # later calls compare the messages
+        return request.with_messages((*prefix.view, *request.messages[prefix.length :]))
 
     def record(
         self,
@@ -725,7 +737,7 @@ class BudgetSession:
             self.usage_trust.whole_prompts = state.whole_prompts
             self.usage_trust.passed_over = state.passed_over
             self._owed = state.owed
-            self._prefix = state.prefix
+            self._prefix, self._replaced = state.prefix, ()
             self._archived = set(state.archived)
 
     def save(self, store: SessionStore, key: str) -> None:
