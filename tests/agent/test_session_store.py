@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -483,8 +484,13 @@ def test_a_restored_session_matches_by_digest_and_leaves_a_view_alone(
     """Restored, a session knows the prefix by its digest only: the prefix handed back with
     other meta gets the view; a request that already starts with the view is sent as it is."""
     summarizer = CountingSummarizer()
-    options = {"window": 2048, "counter": qwen3, "summarizer": summarizer, "strategy": "summarize"}
-    live = BudgetSession(**options)  # type: ignore[arg-type]
+    options: dict[str, Any] = {
+        "window": 2048,
+        "counter": qwen3,
+        "summarizer": summarizer,
+        "strategy": "summarize",
+    }
+    live = BudgetSession(**options)
     request = _conversation()
     view = live.prepare(request, new_turn=True).messages
     store = MemorySessionStore()
@@ -496,7 +502,7 @@ def test_a_restored_session_matches_by_digest_and_leaves_a_view_alone(
         for i, m in enumerate(request.messages)
     )
     for messages in ((*tagged, *more), (*view, *more)):
-        restored = BudgetSession(**options)  # type: ignore[arg-type]
+        restored = BudgetSession(**options)
         assert restored.restore(store, "conv")
         sent = restored.prepare(request.with_messages(messages), new_turn=True)
         assert sent.messages == (*view, *more)

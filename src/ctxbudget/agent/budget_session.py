@@ -622,7 +622,7 @@ class BudgetSession:
                 number = len(self.compactions)
                 self._prefix, self._replaced = prefix, request.messages
             if self.archive is not None:
-                view = tuple(_clean(m) for m in result.messages)
+                view = tuple(without_adapter_meta(m) for m in result.messages)
                 # The view's new messages (summary, placeholders) live in the compaction record.
                 self._archived.update(_digest(m) for m in view)
                 self.archive.append_compaction(
@@ -684,7 +684,7 @@ class BudgetSession:
             return
         with self._state:
             for message in messages:
-                clean = _clean(message)
+                clean = without_adapter_meta(message)
                 key = _digest(clean)
                 if key not in self._archived and not clean.is_summary:
                     self._archived.add(key)
@@ -762,7 +762,8 @@ class BudgetSession:
         }
 
 
-def _clean(message: Message) -> Message:
+def without_adapter_meta(message: Message) -> Message:
+    """``message`` without the adapters' ``ctxbudget_`` meta keys (what is archived or saved)."""
     meta = {k: v for k, v in message.meta.items() if not k.startswith(ADAPTER_META_PREFIX)}
     return dataclasses.replace(message, meta=meta)
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ctxbudget.agent.budget_session import ADAPTER_META_PREFIX, CompactedPrefix, SessionState
+from ctxbudget.agent.budget_session import CompactedPrefix, SessionState, without_adapter_meta
 from ctxbudget.agent.events import CompactionRecord
 from ctxbudget.budget.rules import SessionEvidence, validate_window
 from ctxbudget.budget.usage import PromptGap
@@ -50,7 +50,6 @@ from ctxbudget.messages._checks import (
     type_name,
 )
 from ctxbudget.messages.jsondepth import load_json
-from ctxbudget.messages.model import Message
 
 __all__ = [
     "STATE_VERSION",
@@ -120,7 +119,7 @@ def state_to_json(state: SessionState) -> str:
         else {
             "length": prefix.length,
             "digest": prefix.digest,
-            "view": [message_to_record(_without_adapter_meta(m)) for m in prefix.view],
+            "view": [message_to_record(without_adapter_meta(m)) for m in prefix.view],
         },
         "archived": sorted(state.archived),
     }
@@ -185,11 +184,6 @@ def state_from_json(text: str | bytes, path: str = "state") -> SessionState:
             for i, d in enumerate(_list(obj, "archived", path))
         ),
     )
-
-
-def _without_adapter_meta(message: Message) -> Message:
-    meta = {k: v for k, v in message.meta.items() if not k.startswith(ADAPTER_META_PREFIX)}
-    return message if meta == message.meta else dataclasses.replace(message, meta=meta)
 
 
 def _first_line(exc: BaseException) -> str:
