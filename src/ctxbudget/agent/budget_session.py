@@ -35,7 +35,9 @@ difference is now decided here, as `Agent` decides, unless said):
 7. The summarizer: the guard's was an attribute every adapter reassigned before each call (a
    race between concurrent calls); here it is fixed at construction or passed per call.
 8. State: `Agent` restores from its archive's meta; the guard kept everything in memory only.
-   Here `snapshot` / `apply` and `save` / `restore` through a `SessionStore`.
+   Here `snapshot` / `apply` and `save` / `restore` through a `SessionStore` (its JSON form and
+   the SQLite store: `ctxbudget.agent.session_store`); the state keeps the latest compaction's
+   prefix (by `prefix_digest`) and view, so a restored session reuses it.
 
 Who drives what. The OpenAI SDK client (sync and async) and the LangChain middleware (sync and
 async) hand their send to `run` / `arun`. pydantic-ai and the Agents SDK own their send and their
@@ -97,10 +99,12 @@ __all__ = [
     "ADAPTER_META_PREFIX",
     "DEFAULT_MAX_COMPACTIONS_PER_TURN",
     "BudgetSession",
+    "CompactedPrefix",
     "MemorySessionStore",
     "Reply",
     "SessionState",
     "SessionStore",
+    "prefix_digest",
 ]
 
 Result = TypeVar("Result")
@@ -126,6 +130,18 @@ class Reply:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CompactedPrefix:
+    """The prefix the latest compaction replaced, by its `prefix_digest`, and the view that
+    stands in for it: a later request that starts with the prefix is sent with the view instead
+    (not summarised again, also after a restart)."""
+
+    length: int
+    """How many messages the prefix has."""
+    digest: str
+    view: tuple[Message, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionState:
     """A session's numbers, everything a restored session needs to decide as it would have."""
 
@@ -147,10 +163,16 @@ class SessionState:
     """`UsageTrust.passed_over`: the report already said to be passed over."""
     owed: Trigger | None = None
     """A compaction a silent truncation made due, not made yet."""
+    prefix: CompactedPrefix | None = None
+    """The latest compaction's prefix and view (a restored session reuses the view)."""
+    archived: frozenset[str] = frozenset()
+    """The digests of the messages already archived (a restored session does not append them
+    again)."""
 
 
 class SessionStore(Protocol):
-    """Where sessions' states live between requests (in memory here; SQLite, Redis later)."""
+    """Where sessions' states live between requests: `MemorySessionStore`, `SqliteSessionStore`
+    (``ctxbudget.agent.session_store``); a shared one (Redis) can follow."""
 
     def load(self, key: str) -> SessionState | None:
         """The state saved under ``key``, or None."""
@@ -235,8 +257,10 @@ class BudgetSession:
         self.usage_trust = UsageTrust()
         self.floor_checked = False
         self._archived: set[str] = set()
+        self._prefix: CompactedPrefix | None = None
         self._replaced: tuple[Message, ...] = ()
-        self._view: tuple[Message, ...] = ()
+        """The messages `_prefix` stands for, when this process has seen them: compared as they
+        are, before any digest is taken."""
         self._owed: Trigger | None = None
         """A compaction a silent truncation showed is needed, made by the next `prepare`."""
         self._compacting = threading.RLock()
@@ -580,6 +604,11 @@ class BudgetSession:
                 scale=scale,
             )
             compacted = request.with_messages(result.messages)
+            prefix = CompactedPrefix(
+                length=len(request.messages),
+                digest=prefix_digest(request.messages),
+                view=compacted.messages,
+            )
             with self._state:
                 # The cap binds pressure compactions (`should_compact`); an overflow compaction
                 # is bounded by the retry-once and is the only way forward.
@@ -591,9 +620,9 @@ class BudgetSession:
                     self.summaries.append(result.summary)
                 self.compactions.append(record)
                 number = len(self.compactions)
-                self._replaced, self._view = request.messages, compacted.messages
+                self._prefix, self._replaced = prefix, request.messages
             if self.archive is not None:
-                view = tuple(_clean(m) for m in result.messages)
+                view = tuple(without_adapter_meta(m) for m in result.messages)
                 # The view's new messages (summary, placeholders) live in the compaction record.
                 self._archived.update(_digest(m) for m in view)
                 self.archive.append_compaction(
@@ -609,11 +638,19 @@ class BudgetSession:
     def _substitute(self, request: Request) -> Request:
         """``request`` with the prefix the last compaction replaced swapped for its view: a
         concurrent or repeated call with the uncompacted list is not compacted again."""
-        replaced = self._replaced
-        n = len(replaced)
-        if n and request.messages[:n] == replaced:
-            return request.with_messages((*self._view, *request.messages[n:]))
-        return request
+        prefix = self._prefix
+        if prefix is None or not 0 < prefix.length <= len(request.messages):
+            return request
+        head = request.messages[: prefix.length]
+        if head != self._replaced:
+            # A restored session knows the prefix by its digest only. A request that already
+            # starts with the view is not taken apart (the digest costs ~9 us a message).
+            if request.messages[: len(prefix.view)] == prefix.view:
+                return request
+            if prefix_digest(head) != prefix.digest:
+                return request
+            self._replaced = head  # later calls compare the messages
+        return request.with_messages((*prefix.view, *request.messages[prefix.length :]))
 
     def record(
         self,
@@ -647,7 +684,7 @@ class BudgetSession:
             return
         with self._state:
             for message in messages:
-                clean = _clean(message)
+                clean = without_adapter_meta(message)
                 key = _digest(clean)
                 if key not in self._archived and not clean.is_summary:
                     self._archived.add(key)
@@ -677,6 +714,8 @@ class BudgetSession:
                 whole_prompts=self.usage_trust.whole_prompts,
                 passed_over=self.usage_trust.passed_over,
                 owed=self._owed,
+                prefix=self._prefix,
+                archived=frozenset(self._archived),
             )
 
     def apply(self, state: SessionState) -> None:
@@ -698,6 +737,8 @@ class BudgetSession:
             self.usage_trust.whole_prompts = state.whole_prompts
             self.usage_trust.passed_over = state.passed_over
             self._owed = state.owed
+            self._prefix, self._replaced = state.prefix, ()
+            self._archived = set(state.archived)
 
     def save(self, store: SessionStore, key: str) -> None:
         """Keep this session's state in ``store`` under ``key``."""
@@ -721,7 +762,8 @@ class BudgetSession:
         }
 
 
-def _clean(message: Message) -> Message:
+def without_adapter_meta(message: Message) -> Message:
+    """``message`` without the adapters' ``ctxbudget_`` meta keys (what is archived or saved)."""
     meta = {k: v for k, v in message.meta.items() if not k.startswith(ADAPTER_META_PREFIX)}
     return dataclasses.replace(message, meta=meta)
 
@@ -734,3 +776,12 @@ def _digest(message: Message) -> str:
 
     record = message_to_record(dataclasses.replace(message, usage=None, meta={}))
     return text_digest(json.dumps(record, sort_keys=True, ensure_ascii=False, default=str))
+
+
+def prefix_digest(messages: Sequence[Message]) -> str:
+    """The identity of a list of messages: the digest of its messages' archive identities (what
+    the model reads, usage and meta left out), so a prefix handed back by a framework, or read
+    from a saved state, is recognised."""
+    from ctxbudget.compaction.archive import text_digest
+
+    return text_digest("\n".join(_digest(m) for m in messages))

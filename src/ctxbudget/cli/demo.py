@@ -21,6 +21,7 @@ from ctxbudget.agent.events import LoopEvent, SessionSummary
 from ctxbudget.agent.loop import Agent
 from ctxbudget.agent.session import open_archive
 from ctxbudget.budget.rules import POLICY_NAMES, validate_window
+from ctxbudget.compaction.archive import user_cache_dir
 from ctxbudget.compaction.strategies import STRATEGY_NAMES
 from ctxbudget.errors import ConfigError
 from ctxbudget.providers.mock import MockProvider
@@ -38,7 +39,7 @@ BAR_WIDTH = 20  # the turn line fits 80 columns
 
 def default_archive_path(prefix: str = "demo") -> Path:
     """A fresh archive file under the user's cache folder (``$XDG_CACHE_HOME/ctxbudget``)."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ctxbudget"
+    base = user_cache_dir()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return base / "sessions" / f"{prefix}-{stamp}-{os.getpid()}.jsonl"
 

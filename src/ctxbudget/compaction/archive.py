@@ -32,7 +32,14 @@ from ctxbudget.messages.jsondepth import load_json
 from ctxbudget.messages.model import Message
 from ctxbudget.messages.usage import Usage
 
-__all__ = ["ARCHIVE_FORMAT", "Archive", "ArchiveState", "load_archive"]
+__all__ = [
+    "ARCHIVE_FORMAT",
+    "Archive",
+    "ArchiveState",
+    "load_archive",
+    "text_digest",
+    "user_cache_dir",
+]
 
 ARCHIVE_FORMAT = "ctxbudget-archive"
 ARCHIVE_VERSION = 1
@@ -66,6 +73,12 @@ class ArchiveState:
 def _digest(record: Mapping[str, Any]) -> str:
     text = json.dumps(record, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     return text_digest(text)
+
+
+def user_cache_dir() -> Path:
+    """Where ctxbudget keeps its files for the user: ``$XDG_CACHE_HOME/ctxbudget``, else
+    ``~/.cache/ctxbudget`` (the demo's archives, the session state store)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ctxbudget"
 
 
 def text_digest(text: str) -> str:

@@ -1,0 +1,421 @@
+"""Saved session states: a stable JSON form of `SessionState`, and a `SessionStore` in an
+embedded SQLite file (the HTTP gateway's default; a shared store such as Redis can follow, as
+another `SessionStore` over the same JSON form).
+
+The JSON form is versioned (``"version": 1``), written with sorted keys and ASCII only (lone
+surrogates survive as escapes), and read back strictly: every field is checked, unknown fields
+and versions are refused, and any problem is one `InputError` line that names the field. The
+compacted prefix's view is stored as the archive stores messages (`message_to_record`), less the
+adapters' ``ctxbudget_`` meta keys (they map messages to one process's framework items).
+
+The SQLite store. One table ``session_state(key, json, updated_at)`` in WAL mode. The file is
+created 0600 (its directory 0700) before SQLite opens it; an existing file that others can read
+is refused. Within a process, one connection behind a lock (a save or load is a few
+milliseconds, so a lock costs nothing and keeps one connection's state simple); across
+processes, SQLite's own file locking, with a busy timeout. Each save is one ``BEGIN IMMEDIATE``
+transaction, so a reader sees the old state or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sqlite3
+import stat
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from ctxbudget.agent.budget_session import CompactedPrefix, SessionState, without_adapter_meta
+from ctxbudget.agent.events import CompactionRecord
+from ctxbudget.budget.rules import SessionEvidence, validate_window
+from ctxbudget.budget.usage import PromptGap
+from ctxbudget.compaction.archive import MAX_RECORD_BYTES, user_cache_dir
+from ctxbudget.compaction.archive_file import open_regular
+from ctxbudget.compaction.records import message_from_record, message_to_record
+from ctxbudget.errors import ArchiveError, ConfigError, InputError
+from ctxbudget.messages._checks import (
+    as_list,
+    as_object,
+    as_str,
+    choice,
+    fail,
+    join,
+    required,
+    type_name,
+)
+from ctxbudget.messages.jsondepth import load_json
+
+__all__ = [
+    "STATE_VERSION",
+    "SqliteSessionStore",
+    "default_state_path",
+    "state_from_json",
+    "state_to_json",
+]
+
+STATE_VERSION = 1
+MAX_COUNT = 2**63 - 1
+"""The largest count accepted: replay keeps counts as 8-byte integers; more is a corrupt file."""
+MAX_STATE_CHARS = MAX_RECORD_BYTES
+"""The longest state read or written, the archive's record cap (64 MiB)."""
+BUSY_TIMEOUT_MS = 10_000
+"""How long a save waits for another process's transaction before it is an error."""
+_TRIGGERS = ("context_pressure", "context_overflow")
+_FIELDS = frozenset(
+    {
+        "version",
+        "window",
+        "compaction_id",
+        "compacted_at",
+        "compactions",
+        "summaries",
+        "overflows",
+        "learned",
+        "max_request_tokens",
+        "turn",
+        "turn_compactions",
+        "floor_checked",
+        "whole_prompts",
+        "passed_over",
+        "owed",
+        "prefix",
+        "archived",
+    }
+)
+_SHA1_HEX = frozenset("0123456789abcdef")
+
+
+# -- the JSON form ---------------------------------------------------------------------------------
+
+
+def state_to_json(state: SessionState) -> str:
+    """``state`` as version-1 JSON text (sorted keys, ASCII): `state_from_json` reads it back
+    equal (the prefix view's ``ctxbudget_`` meta keys left out)."""
+    prefix = state.prefix
+    obj: dict[str, Any] = {
+        "version": STATE_VERSION,
+        "window": state.window,
+        "compaction_id": state.compaction_id,
+        "compacted_at": state.compacted_at,
+        "compactions": [c.to_json() for c in state.compactions],
+        "summaries": list(state.summaries),
+        "overflows": state.overflows,
+        "learned": dataclasses.asdict(state.learned),
+        "max_request_tokens": state.max_request_tokens,
+        "turn": state.turn,
+        "turn_compactions": state.turn_compactions,
+        "floor_checked": state.floor_checked,
+        "whole_prompts": state.whole_prompts,
+        "passed_over": None if state.passed_over is None else dataclasses.asdict(state.passed_over),
+        "owed": state.owed,
+        "prefix": None
+        if prefix is None
+        else {
+            "length": prefix.length,
+            "digest": prefix.digest,
+            "view": [message_to_record(without_adapter_meta(m)) for m in prefix.view],
+        },
+        "archived": sorted(state.archived),
+    }
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    if len(text) > MAX_STATE_CHARS:
+        raise InputError(
+            f"session state is {len(text):,} characters, over the {MAX_STATE_CHARS:,} a store "
+            "keeps; its compacted view holds messages too large to save"
+        )
+    return text
+
+
+def state_from_json(text: str | bytes, path: str = "state") -> SessionState:
+    """The `SessionState` that ``text`` (from `state_to_json`) holds. Anything else (not JSON,
+    too long or deep, an unknown version or field, a wrong type, a negative or huge number) is
+    one `InputError` line naming the field at ``path``."""
+    if len(text) > MAX_STATE_CHARS:
+        fail(path, f"{len(text):,} characters, over the {MAX_STATE_CHARS:,} a state may have")
+    try:
+        value = load_json(text)
+    except (ValueError, RecursionError) as exc:
+        fail(path, f"not JSON ({_first_line(exc)})")
+    obj = as_object(value, path)
+    version = required(obj, "version", path)
+    if type(version) is not int or version != STATE_VERSION:
+        fail(
+            join(path, "version"),
+            f"unknown state version {_shown(version)}; this ctxbudget reads version "
+            f"{STATE_VERSION} (a state from a newer ctxbudget needs that version)",
+        )
+    unknown = sorted(set(obj) - _FIELDS)
+    if unknown:
+        fail(path, f"unknown field {_shown(unknown[0])} in a version-{STATE_VERSION} state")
+    try:
+        window = validate_window(required(obj, "window", path), join(path, "window"))
+    except ConfigError as exc:  # the window's own checks, as an input error
+        raise InputError(str(exc)) from None
+    return SessionState(
+        window=window,
+        compaction_id=_optional(obj, "compaction_id", path, as_str),
+        compacted_at=_optional(obj, "compacted_at", path, _time),
+        compactions=tuple(
+            _compaction(c, join(join(path, "compactions"), i))
+            for i, c in enumerate(_list(obj, "compactions", path))
+        ),
+        summaries=tuple(
+            as_str(s, join(join(path, "summaries"), i))
+            for i, s in enumerate(_list(obj, "summaries", path))
+        ),
+        overflows=_count(obj, "overflows", path),
+        learned=_learned(obj.get("learned", {}), join(path, "learned")),
+        max_request_tokens=_count(obj, "max_request_tokens", path),
+        turn=_count(obj, "turn", path),
+        turn_compactions=_count(obj, "turn_compactions", path),
+        floor_checked=_bool(obj, "floor_checked", path),
+        whole_prompts=_bool(obj, "whole_prompts", path),
+        passed_over=_optional(obj, "passed_over", path, _gap),
+        owed=_optional(obj, "owed", path, _trigger),  # checked: a trigger
+        prefix=_optional(obj, "prefix", path, _prefix),
+        archived=frozenset(
+            _sha1(d, join(join(path, "archived"), i))
+            for i, d in enumerate(_list(obj, "archived", path))
+        ),
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
+def _list(obj: Mapping[str, Any], key: str, path: str) -> list[Any]:
+    return list(as_list(obj.get(key, []), join(path, key)))
+
+
+def _optional(obj: Mapping[str, Any], key: str, path: str, read: Any) -> Any:
+    value = obj.get(key)
+    return None if value is None else read(value, join(path, key))
+
+
+def _int(value: object, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        fail(path, f"expected a non-negative integer, got {type_name(value)}")
+    if not 0 <= value <= MAX_COUNT:
+        shown = f"an integer of {value.bit_length():,} bits" if value > 0 else str(value)
+        fail(path, f"expected a non-negative integer up to 2**63 - 1, got {shown}")
+    return value
+
+
+def _count(obj: Mapping[str, Any], key: str, path: str) -> int:
+    return _int(obj.get(key, 0), join(path, key))
+
+
+def _bool(obj: Mapping[str, Any], key: str, path: str) -> bool:
+    value = obj.get(key, False)
+    if not isinstance(value, bool):
+        fail(join(path, key), f"expected true or false, got {type_name(value)}")
+    return value
+
+
+def _time(value: object, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        fail(path, f"expected a time in seconds, got {type_name(value)}")
+    if not (math.isfinite(value) and 0 <= value <= MAX_COUNT):
+        fail(path, f"expected a time in seconds, got {_shown(value)}")
+    return float(value)
+
+
+def _trigger(value: object, path: str) -> str:
+    return choice(value, path, _TRIGGERS, "trigger")
+
+
+def _sha1(value: object, path: str) -> str:
+    text = as_str(value, path)
+    if len(text) != 40 or not set(text) <= _SHA1_HEX:
+        fail(path, f"expected a 40-character hex digest, got {_shown(text)}")
+    return text
+
+
+def _compaction(value: object, path: str) -> CompactionRecord:
+    obj = as_object(value, path)
+    ints = ("turn", "messages_before", "messages_after", "tokens_before", "tokens_after")
+    return CompactionRecord(
+        trigger=_trigger(required(obj, "trigger", path), join(path, "trigger")),  # type: ignore[arg-type]
+        strategy=as_str(required(obj, "strategy", path), join(path, "strategy")),
+        **{k: _int(required(obj, k, path), join(path, k)) for k in ints},
+    )
+
+
+def _learned(value: object, path: str) -> SessionEvidence:
+    obj = as_object(value, path)
+    last = obj.get("last_prompt")
+    return SessionEvidence(
+        largest_reply=_count(obj, "largest_reply", path),
+        largest_growth=_count(obj, "largest_growth", path),
+        last_prompt=None if last is None else _int(last, join(path, "last_prompt")),
+    )
+
+
+def _gap(value: object, path: str) -> PromptGap:
+    obj = as_object(value, path)
+    return PromptGap(
+        reported=_int(required(obj, "reported", path), join(path, "reported")),
+        counted=_int(required(obj, "counted", path), join(path, "counted")),
+    )
+
+
+def _prefix(value: object, path: str) -> CompactedPrefix:
+    obj = as_object(value, path)
+    view = as_list(required(obj, "view", path), join(path, "view"))
+    return CompactedPrefix(
+        length=_int(required(obj, "length", path), join(path, "length")),
+        digest=_sha1(required(obj, "digest", path), join(path, "digest")),
+        view=tuple(message_from_record(m, join(join(path, "view"), i)) for i, m in enumerate(view)),
+    )
+
+
+# -- the SQLite store ------------------------------------------------------------------------------
+
+
+def default_state_path() -> Path:
+    """The state store's default file: ``state.sqlite3`` in the user's cache folder."""
+    return user_cache_dir() / "state.sqlite3"
+
+
+class SqliteSessionStore:
+    """A `SessionStore` in the SQLite file at ``path`` (created 0600 when missing). Safe to
+    share between threads (one connection behind a lock) and between processes (SQLite's
+    locking; a save waits up to `BUSY_TIMEOUT_MS` for another's). A file that is not a state
+    store, or that others can read, is one `InputError` line naming it."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(default_state_path() if path is None else path)
+        _create_private(self.path)
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(
+                self.path,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None,  # transactions are begun and ended here, explicitly
+                check_same_thread=False,  # the lock serialises the threads
+            )
+        except sqlite3.Error as exc:
+            raise self._error(exc, opening=True) from None
+        try:
+            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS session_state "
+                "(key TEXT PRIMARY KEY, json TEXT NOT NULL, updated_at REAL NOT NULL)"
+            )
+            self._db.execute("SELECT key, json, updated_at FROM session_state LIMIT 0")
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise self._error(exc, opening=True) from None
+
+    def load(self, key: str) -> SessionState | None:
+        """The state saved under ``key``, or None."""
+        with self._lock:
+            try:
+                row = self._db.execute(
+                    "SELECT json FROM session_state WHERE key = ?", (key,)
+                ).fetchone()
+            except sqlite3.Error as exc:
+                raise self._error(exc) from None
+        if row is None:
+            return None
+        text = row[0]
+        if not isinstance(text, str | bytes):
+            raise InputError(f"{self.path}: the state of {key!r} is not text; save it again")
+        try:
+            return state_from_json(text, f"{self.path}[{key!r}]")
+        except InputError as exc:
+            raise InputError(_first_line(exc)) from None
+
+    def save(self, key: str, state: SessionState) -> None:
+        """Keep ``state`` under ``key``, replacing what was there, in one transaction."""
+        text = state_to_json(state)
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO session_state (key, json, updated_at) "
+                        "VALUES (?, ?, ?)",
+                        (key, text, time.time()),
+                    )
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise self._error(exc) from None
+
+    def keys(self) -> list[str]:
+        """The keys saved, sorted."""
+        with self._lock:
+            try:
+                rows = self._db.execute("SELECT key FROM session_state ORDER BY key").fetchall()
+            except sqlite3.Error as exc:
+                raise self._error(exc) from None
+        return [str(r[0]) for r in rows]
+
+    def close(self) -> None:
+        """Close the connection (the file stays)."""
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> SqliteSessionStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _error(self, exc: sqlite3.Error, *, opening: bool = False) -> InputError | ArchiveError:
+        """One line naming the file: a file that is not a state store (found on opening, or
+        corrupt later) is bad input; a lock held past the timeout, or a disk that refuses, is a
+        store that cannot be written."""
+        reason = _first_line(exc)
+        operational = isinstance(exc, sqlite3.OperationalError)
+        if operational and ("locked" in reason or "busy" in reason):
+            return ArchiveError(
+                f"{self.path}: the state store stayed locked by another process for "
+                f"{BUSY_TIMEOUT_MS / 1000:g} s ({reason}); try again"
+            )
+        if isinstance(exc, sqlite3.DatabaseError) and (opening or not operational):
+            return InputError(
+                f"{self.path}: not a ctxbudget state store ({reason}); move it away or pass "
+                "another --state path"
+            )
+        return ArchiveError(f"{self.path}: the state store failed ({reason})")
+
+
+def _create_private(path: Path) -> None:
+    """Create ``path`` 0600 (its folder 0700) when missing, before SQLite opens it (SQLite gives
+    its ``-wal`` and ``-shm`` files the same mode); refuse a file others can read."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArchiveError(f"{path}: cannot create its folder ({exc.strerror})") from None
+    fd = open_regular(path, os.O_RDWR | os.O_CREAT, mode=0o600, what="state store")
+    try:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
+    if mode & 0o077:
+        raise InputError(
+            f"{path}: the state store is open to other users (mode {mode:o}); run chmod 600 {path}"
+        )
