@@ -11,11 +11,14 @@ import os
 import shutil
 import signal
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
 from tests.replay.children import TIMEOUT_S, finish, group_gone, start
 from tests.replay.conftest import openai_pair, shared_trace
+
+from ctxbudget.replay import corpus
 
 
 def tiny_sessions(folder: Path, count: int) -> None:
@@ -64,3 +67,20 @@ def test_an_ended_run_removes_its_folder_and_workers(
     assert "Traceback" not in err
     assert list(temp.iterdir()) == []
     assert group_gone(child.pid)
+
+
+def test_stopping_the_pool_ends_its_workers_mid_job() -> None:
+    """``_stop`` ends workers busy with a job at once. It read the pool's process table after
+    ``shutdown()``, which drops it: no worker was ever terminated, and an interrupted run's
+    workers went on writing into the folder being removed ("Directory not empty")."""
+    pool = ProcessPoolExecutor(max_workers=2, initializer=corpus._worker_signals)
+    for _ in range(2):
+        pool.submit(time.sleep, 60)
+    processes = list(pool._processes.values())  # the test's own look at the workers
+    try:
+        assert len(processes) == 2
+        corpus._stop(pool)
+        assert not any(p.is_alive() for p in processes)
+    finally:
+        for p in processes:
+            p.kill()

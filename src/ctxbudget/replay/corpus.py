@@ -269,13 +269,15 @@ def _worker_signals() -> None:
 
 def _stop(pool: ProcessPoolExecutor) -> None:
     """Cancel the queued jobs and end the workers now, mid-session included: the run is over."""
-    pool.shutdown(wait=False, cancel_futures=True)
     # Python 3.14 has terminate_workers(); before it, the pool's processes are only reachable
-    # through its private table.
-    processes: dict[int, Any] = getattr(pool, "_processes", None) or {}
-    for process in list(processes.values()):
+    # through its private table, which shutdown() drops: read it first. (Read after, it was
+    # always empty: the workers went on writing into the run's folder while it was removed.)
+    table: dict[int, Any] = getattr(pool, "_processes", None) or {}
+    processes = list(table.values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
         process.terminate()
-    for process in list(processes.values()):
+    for process in processes:
         process.join(timeout=5)
 
 
