@@ -16,6 +16,7 @@ from ctxbudget.agent.budget_session import (
     BudgetSession,
     Reply,
     SessionState,
+    default_counter,
 )
 from ctxbudget.agent.compacting import still_over_window, undercount_scale
 from ctxbudget.agent.events import CompactionRecord, EventSink, LoopEvent, SessionSummary, Trigger
@@ -42,13 +43,6 @@ ToolExecutor = Callable[[ToolCall], str]
 
 # 32 model calls without a final answer is a runaway tool loop, not a task.
 DEFAULT_MAX_STEPS_PER_TURN = 32
-
-
-def _default_counter(name: str) -> RequestCounterLike:
-    from ctxbudget.counting import RequestCounter  # imported late: loads a vocabulary
-
-    counter: RequestCounterLike = RequestCounter(name)
-    return counter
 
 
 class Agent:
@@ -84,7 +78,7 @@ class Agent:
             raise ConfigError(f"no window for provider {provider.name!r}; pass window=N tokens")
         self.provider = provider
         if counter is None or isinstance(counter, str):
-            counter = _default_counter(counter or provider.tokenizer or "ctxbudget")
+            counter = default_counter(counter or provider.tokenizer or "ctxbudget")
         self.counter: RequestCounterLike = counter
         self.session = BudgetSession(
             window=chosen,
