@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.agent.conversations import long_conversation
 
 from ctxbudget.agent.budget_session import (
     BudgetSession,
@@ -219,15 +220,6 @@ class CountingSummarizer:
         return "The user discussed many topics; nothing is pending."
 
 
-def _long_request(words: int = 60, turns: int = 30) -> Request:
-    messages: list[Message] = []
-    for i in range(turns):
-        messages.append(Message(role="user", content=f"topic {i}: " + "word " * words))
-        messages.append(Message(role="assistant", content=f"noted {i}"))
-    messages.append(Message(role="user", content="and now?"))
-    return Request(system="Be brief.", messages=tuple(messages), max_output_tokens=256)
-
-
 def _session(qwen3: RequestCounter, summarizer: CountingSummarizer) -> BudgetSession:
     return BudgetSession(window=2048, counter=qwen3, summarizer=summarizer, strategy="summarize")
 
@@ -235,7 +227,7 @@ def _session(qwen3: RequestCounter, summarizer: CountingSummarizer) -> BudgetSes
 def test_threads_on_one_session_summarise_a_prefix_once(qwen3: RequestCounter) -> None:
     summarizer = CountingSummarizer()
     session = _session(qwen3, summarizer)
-    request = _long_request()
+    request = long_conversation()
     sent: list[Request] = []
     lock = threading.Lock()
 
@@ -256,7 +248,7 @@ def test_threads_on_one_session_summarise_a_prefix_once(qwen3: RequestCounter) -
 def test_async_tasks_on_one_session_summarise_a_prefix_once(qwen3: RequestCounter) -> None:
     summarizer = CountingSummarizer()
     session = _session(qwen3, summarizer)
-    request = _long_request()
+    request = long_conversation()
 
     async def send(r: Request) -> Request:
         await asyncio.sleep(0)
@@ -308,7 +300,7 @@ def test_a_saved_session_continues_as_the_live_one(qwen3: RequestCounter) -> Non
     assert restored.snapshot() == live.snapshot()
 
     # Both go on with the same next requests: the same decisions, the same records.
-    growing = _long_request(words=40, turns=25)
+    growing = long_conversation(words=40, turns=25)
     for turn, cut in enumerate((11, 31, 51), start=1):
         request = growing.with_messages(growing.messages[:cut])
         outcomes = []

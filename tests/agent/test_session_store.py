@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.agent.conversations import long_conversation
 from tests.messages.message_strategies import openai_messages
 
 from ctxbudget.agent.budget_session import (
@@ -365,15 +366,6 @@ class CountingSummarizer:
         return "The user discussed many topics; nothing is pending."
 
 
-def _conversation(words: int = 60, turns: int = 30) -> Request:
-    messages: list[Message] = []
-    for i in range(turns):
-        messages.append(Message(role="user", content=f"topic {i}: " + "word " * words))
-        messages.append(Message(role="assistant", content=f"noted {i}"))
-    messages.append(Message(role="user", content="and now?"))
-    return Request(system="Be brief.", messages=tuple(messages), max_output_tokens=256)
-
-
 # The second half of the conversation, in a new process: the session is restored from the file
 # and sent the whole conversation again plus a reply and a new question (as a gateway's client
 # resends its whole list). A session not restored is asked the same, for comparison.
@@ -416,7 +408,7 @@ def test_a_restarted_session_reuses_the_stored_compaction(
 ) -> None:
     summarizer = CountingSummarizer()
     session = BudgetSession(window=2048, counter=qwen3, summarizer=summarizer, strategy="summarize")
-    request = _conversation()
+    request = long_conversation()
     view = session.prepare(request, new_turn=True).messages
     assert summarizer.calls == 1 and len(view) < len(request.messages)
     path = tmp_path / "state.sqlite3"
@@ -447,7 +439,7 @@ def test_a_restarted_session_reuses_the_stored_compaction(
 def test_a_prefix_is_recognised_without_its_usage_and_meta(qwen3: RequestCounter) -> None:
     """The prefix digest is the archive's message identity: a framework that hands the list back
     without usage or meta still gets the stored view."""
-    request = _conversation()
+    request = long_conversation()
     stripped = tuple(Message(role=m.role, content=m.content) for m in request.messages)
     tagged = tuple(
         Message(role=m.role, content=m.content, meta={"ctxbudget_source": i})
@@ -460,7 +452,7 @@ def test_a_prefix_is_recognised_without_its_usage_and_meta(qwen3: RequestCounter
 def test_a_restored_session_does_not_archive_its_messages_again(
     tmp_path: Path, qwen3: RequestCounter
 ) -> None:
-    request = _conversation(words=5, turns=3)
+    request = long_conversation(words=5, turns=3)
     with Archive(tmp_path / "a.jsonl") as archive:
         live = BudgetSession(window=100_000, counter=qwen3, archive=archive)
         live.prepare(request)
@@ -491,7 +483,7 @@ def test_a_restored_session_matches_by_digest_and_leaves_a_view_alone(
         "strategy": "summarize",
     }
     live = BudgetSession(**options)
-    request = _conversation()
+    request = long_conversation()
     view = live.prepare(request, new_turn=True).messages
     store = MemorySessionStore()
     store.save("conv", state_from_json(state_to_json(live.snapshot())))

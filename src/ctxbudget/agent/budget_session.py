@@ -94,6 +94,7 @@ from ctxbudget.messages.usage import Usage
 if TYPE_CHECKING:
     from ctxbudget.compaction.archive import Archive
     from ctxbudget.compaction.summarizer import Summarizer
+    from ctxbudget.tokens.base import TokenCounter
 
 __all__ = [
     "ADAPTER_META_PREFIX",
@@ -104,6 +105,7 @@ __all__ = [
     "Reply",
     "SessionState",
     "SessionStore",
+    "default_counter",
     "prefix_digest",
 ]
 
@@ -119,6 +121,15 @@ ADAPTER_META_PREFIX = "ctxbudget_"
 
 EventSink = Callable[[str, dict[str, Any]], None]
 """Receives ``overflow``, ``window_changed``, ``compaction`` and ``capped`` with their data."""
+
+
+def default_counter(tokenizer: str | TokenCounter) -> RequestCounterLike:
+    """The whole-request counter for ``tokenizer`` (a counter name or a `TokenCounter`), as
+    `Agent` and the adapters build one when they are given none."""
+    from ctxbudget.counting import RequestCounter  # imported late: loads a vocabulary
+
+    counter: RequestCounterLike = RequestCounter(tokenizer)
+    return counter
 
 
 @dataclass(frozen=True, slots=True)

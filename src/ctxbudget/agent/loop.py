@@ -16,6 +16,7 @@ from ctxbudget.agent.budget_session import (
     BudgetSession,
     Reply,
     SessionState,
+    default_counter,
 )
 from ctxbudget.agent.compacting import still_over_window, undercount_scale
 from ctxbudget.agent.events import CompactionRecord, EventSink, LoopEvent, SessionSummary, Trigger
@@ -42,13 +43,6 @@ ToolExecutor = Callable[[ToolCall], str]
 
 # 32 model calls without a final answer is a runaway tool loop, not a task.
 DEFAULT_MAX_STEPS_PER_TURN = 32
-
-
-def _default_counter(name: str) -> RequestCounterLike:
-    from ctxbudget.counting import RequestCounter  # imported late: loads a vocabulary
-
-    counter: RequestCounterLike = RequestCounter(name)
-    return counter
 
 
 class Agent:
@@ -84,7 +78,7 @@ class Agent:
             raise ConfigError(f"no window for provider {provider.name!r}; pass window=N tokens")
         self.provider = provider
         if counter is None or isinstance(counter, str):
-            counter = _default_counter(counter or provider.tokenizer or "ctxbudget")
+            counter = default_counter(counter or provider.tokenizer or "ctxbudget")
         self.counter: RequestCounterLike = counter
         self.session = BudgetSession(
             window=chosen,
@@ -117,6 +111,8 @@ class Agent:
         self.turn = 0
         self._sent = Request()
         """The request last sent (what the server's usage reports on)."""
+        self._sent_tokens = 0
+        """``_sent``'s size as `context_tokens` gave it when it was sent."""
         self._built: Request | None = None
         """The request ``request()`` last made."""
         self._root: tuple[Message, ...] | None = None
@@ -310,7 +306,8 @@ class Agent:
 
     def _send(self) -> Completion:
         request = self.request()
-        self._emit("request", estimate=self.context_tokens(), messages=len(request.messages))
+        self._sent_tokens = self.context_tokens()
+        self._emit("request", estimate=self._sent_tokens, messages=len(request.messages))
         self._sent = request
         return self.provider.complete(request)
 
@@ -348,10 +345,10 @@ class Agent:
         return undercount_scale(self.counter.count(self.request()).total, exc.prompt_tokens)
 
     def _record(self, completion: Completion) -> Message:
-        # The prompt as the rule counted it (the view is still the request sent), so the next
-        # check measures the step's growth on the same count it compares with the line.
+        # The prompt as the rule counted it when it was sent, so the next check measures the
+        # step's growth on the same count it compares with the line.
         usage = self.session.record(
-            completion.usage, prompt_tokens=self.context_tokens(), archive=False
+            completion.usage, prompt_tokens=self._sent_tokens, archive=False
         )
         reply = dataclasses.replace(completion.message, usage=usage)
         self._add(reply)

@@ -63,10 +63,6 @@ def open_archive(
         archive.close()
 
 
-MAX_STORED_WINDOW = MAX_WINDOW
-"""100M tokens: the largest window `validate_window` accepts."""
-
-
 def _check_stored(
     path: Path, stored: Mapping[str, Any], given: Mapping[str, Any], adopted: object
 ) -> None:
@@ -85,7 +81,7 @@ def _check_stored(
 
 
 def _plausible_window(value: object) -> bool:
-    return type(value) is int and 0 < value <= MAX_STORED_WINDOW
+    return type(value) is int and 0 < value <= MAX_WINDOW  # the largest `validate_window` accepts
 
 
 def _bad_setting(path: Path, key: str, value: object) -> str:

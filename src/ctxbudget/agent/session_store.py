@@ -47,6 +47,7 @@ from ctxbudget.messages._checks import (
     fail,
     join,
     required,
+    shown,
     type_name,
 )
 from ctxbudget.messages.jsondepth import load_json
@@ -147,12 +148,12 @@ def state_from_json(text: str | bytes, path: str = "state") -> SessionState:
     if type(version) is not int or version != STATE_VERSION:
         fail(
             join(path, "version"),
-            f"unknown state version {_shown(version)}; this ctxbudget reads version "
+            f"unknown state version {shown(version)}; this ctxbudget reads version "
             f"{STATE_VERSION} (a state from a newer ctxbudget needs that version)",
         )
     unknown = sorted(set(obj) - _FIELDS)
     if unknown:
-        fail(path, f"unknown field {_shown(unknown[0])} in a version-{STATE_VERSION} state")
+        fail(path, f"unknown field {shown(unknown[0])} in a version-{STATE_VERSION} state")
     try:
         window = validate_window(required(obj, "window", path), join(path, "window"))
     except ConfigError as exc:  # the window's own checks, as an input error
@@ -191,11 +192,6 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:200] if text else type(exc).__name__
 
 
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:60] + "..."
-
-
 def _list(obj: Mapping[str, Any], key: str, path: str) -> list[Any]:
     return list(as_list(obj.get(key, []), join(path, key)))
 
@@ -229,7 +225,7 @@ def _time(value: object, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         fail(path, f"expected a time in seconds, got {type_name(value)}")
     if not (math.isfinite(value) and 0 <= value <= MAX_COUNT):
-        fail(path, f"expected a time in seconds, got {_shown(value)}")
+        fail(path, f"expected a time in seconds, got {shown(value)}")
     return float(value)
 
 
@@ -240,7 +236,7 @@ def _trigger(value: object, path: str) -> str:
 def _sha1(value: object, path: str) -> str:
     text = as_str(value, path)
     if len(text) != 40 or not set(text) <= _SHA1_HEX:
-        fail(path, f"expected a 40-character hex digest, got {_shown(text)}")
+        fail(path, f"expected a 40-character hex digest, got {shown(text)}")
     return text
 
 

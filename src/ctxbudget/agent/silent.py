@@ -6,25 +6,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ctxbudget.budget.usage import FAR_BELOW_MIN_TOKENS, FAR_BELOW_SHARE, prompt_gap
+from ctxbudget.budget.usage import prompt_gap
 from ctxbudget.messages import Usage
 
 __all__ = [
     "OLLAMA_MAX_KEEP",
-    "TRUNCATION_MIN_TOKENS",
-    "TRUNCATION_SHARE",
     "SilentOverflow",
     "cut_reply",
     "half_window",
     "served_overflow",
     "truncated_prompt",
 ]
-
-TRUNCATION_SHARE = FAR_BELOW_SHARE
-"""A reported prompt under 90% of our exact count was truncated by the server (the bound every
-reader of such a gap shares: ``budget.usage.FAR_BELOW_SHARE``)."""
-TRUNCATION_MIN_TOKENS = FAR_BELOW_MIN_TOKENS
-"""...and at least this many tokens short (``budget.usage.FAR_BELOW_MIN_TOKENS``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,9 +48,9 @@ def cut_reply(usage: Usage, stop_reason: str, *, asked: int, window: int) -> Sil
 
 
 def truncated_prompt(usage: Usage, counted: int) -> SilentOverflow | None:
-    """The server reported a prompt well under our exact count of what was sent: it dropped
-    part of it (Ollama does so when ``num_ctx`` is smaller than the prompt, and reports the
-    truncated size), so the reported size is the most its window holds."""
+    """The server reported a prompt well under our exact count of what was sent (`prompt_gap`):
+    it dropped part of it (Ollama does so when ``num_ctx`` is smaller than the prompt, and
+    reports the truncated size), so the reported size is the most its window holds."""
     reported = usage.input_tokens
     if prompt_gap(reported, counted) is None:
         return None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ctxbudget.errors import ConfigError, InvalidWindowError, UnknownNameError
+from ctxbudget.messages._checks import shown
 
 __all__ = [
     "DEFAULT_COMPACTION_RESERVE",
@@ -141,26 +142,17 @@ def validate_window(
     if isinstance(window, bool) or not isinstance(window, int | float):
         raise InvalidWindowError(
             f"{what} must be a positive integer number of tokens, got {type(window).__name__} "
-            f"{_shown(window)}; {fix}"
+            f"{shown(window)}; {fix}"
         )
     if isinstance(window, float) and not (math.isfinite(window) and window.is_integer()):
         raise InvalidWindowError(f"{what} must be a whole number of tokens, got {window!r}; {fix}")
     if window <= 0:
-        raise InvalidWindowError(f"{what} must be positive, got {_shown(int(window))}; {fix}")
+        raise InvalidWindowError(f"{what} must be positive, got {shown(int(window))}; {fix}")
     if window > MAX_WINDOW:
         raise InvalidWindowError(
-            f"{what} must be at most {MAX_WINDOW:,} tokens, got {_shown(window)}; {fix}"
+            f"{what} must be at most {MAX_WINDOW:,} tokens, got {shown(window)}; {fix}"
         )
     return int(window)
-
-
-def _shown(value: object) -> str:
-    """``value`` as a message quotes it: a huge integer by its size (its digits could run to
-    pages, and Python refuses to print more than 4,300 of them), anything else cut short."""
-    if isinstance(value, int) and value.bit_length() > 64:
-        return f"an integer of {value.bit_length():,} bits"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:60] + "..."
 
 
 def _tokens(value: object, what: str, *, allow_none: bool = False) -> None:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import TypedDict
 
-from ctxbudget.agent.budget_session import ADAPTER_META_PREFIX, BudgetSession
+from ctxbudget.agent.budget_session import ADAPTER_META_PREFIX, BudgetSession, default_counter
 from ctxbudget.budget.context import RequestCounterLike
 from ctxbudget.budget.floor import one_line
 from ctxbudget.budget.rules import Policy
@@ -82,17 +82,10 @@ class ContextGuard(BudgetSession):
     ) -> None:
         super().__init__(
             window=window,
-            counter=counter if counter is not None else _counter(tokenizer),
+            counter=counter if counter is not None else default_counter(tokenizer),
             policy=policy,
             strategy=strategy,
             summarizer=summarizer,
             archive=archive if isinstance(archive, Archive | None) else Archive(archive),
             max_output_tokens=max_output_tokens,
         )
-
-
-def _counter(tokenizer: str | TokenCounter) -> RequestCounterLike:
-    from ctxbudget.counting import RequestCounter  # imported late: loads a vocabulary
-
-    counter: RequestCounterLike = RequestCounter(tokenizer)
-    return counter

@@ -11,6 +11,15 @@ from ctxbudget.errors import MessageFormatError
 JsonObject = Mapping[str, Any]
 
 
+def shown(value: object) -> str:
+    """``value`` as a message quotes it: a huge integer by its size (its digits could run to
+    pages, and Python refuses to print more than 4,300 of them), anything else cut short."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length():,} bits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
 def type_name(value: object) -> str:
     """The short name of a JSON value's Python type, as error messages show it."""
     return "None" if value is None else type(value).__name__
