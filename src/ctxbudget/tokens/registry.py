@@ -303,10 +303,12 @@ class ExactTokenizer:
     @_deadline_named
     def count(self, text: str) -> int:
         """The exact number of tokens in ``text``."""
-        if self.special_in_text:
-            return self.count_special(text)
-        if len(text) <= PIECE_CHARS:
+        if len(text) <= PIECE_CHARS:  # a step's text: a length check, then the count itself
+            if self.special_in_text:
+                return self._count_special(text)
             return len(self._encode(text, False))
+        if self.special_in_text:
+            return sum(map(self._count_special, self.bounded(text)))
         return sum(len(self._encode(piece, False)) for piece in self.bounded(text))
 
     @_deadline_named
