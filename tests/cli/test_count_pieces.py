@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tests.conftest import data_file
 
-from ctxbudget.cli.count import bounded_pieces
+from ctxbudget.tokens.pieces import bounded_pieces
 from ctxbudget.tokens.registry import get_tokenizer
 
 

@@ -5,21 +5,17 @@ limits: src/ctxbudget/counting/sandbox.py (MAX_TEMPLATE_CHARS, _NODES, _DEPTH)."
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 import tracemalloc
 from pathlib import Path
 
 import pytest
+from tests.child import run_python
 from tests.counting.hf_oracle import run_cli
 
 from ctxbudget.counting.hf import compile_template, load_folder_template, render_template
 from ctxbudget.counting.sandbox import MAX_TEMPLATE_CHARS, MAX_TEMPLATE_DEPTH, MAX_TEMPLATE_NODES
 from ctxbudget.errors import InputError
-
-SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def refused(source: str, match: str, seconds: float = 2.0) -> str:
@@ -188,20 +184,7 @@ with open("/proc/self/status") as f:
 def compile_in_child(source: str, max_mb: int, timeout: float) -> tuple[str, float, float]:
     """Compile ``source`` in a child limited to ``max_mb`` of address space, killed past
     ``timeout`` seconds: (outcome, CPU seconds, peak RSS in MiB)."""
-    import resource
-
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (max_mb * 2**20, max_mb * 2**20))
-
-    done = subprocess.run(
-        [sys.executable, "-c", _COMPILE],
-        input=source,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        preexec_fn=limit,
-        env={**os.environ, "PYTHONPATH": SRC},
-    )
+    done = run_python(_COMPILE, memory=max_mb * 2**20, timeout=timeout, stdin=source)
     assert done.returncode == 0, done.stderr[-2000:]
     first, peak_kb = done.stdout.splitlines()
     outcome, cpu = first.rsplit(" ", 1)

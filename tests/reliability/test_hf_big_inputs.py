@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.tokens.child import GIB, run_cli, run_python
+from tests.child import GIB, run_cli, run_python
 
 from ctxbudget.counting import count_request
 from ctxbudget.messages.detect import parse_request_json

@@ -9,12 +9,11 @@ needed three times the line) and a timeout.
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.child import run_cli
 from tests.conftest import data_file
 
 GIB = 2**30
@@ -35,17 +34,7 @@ def huge_line(f: object) -> None:
 
 
 def replay(path: Path) -> subprocess.CompletedProcess[str]:
-    def limit_memory() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (LIMIT_BYTES, LIMIT_BYTES))
-
-    return subprocess.run(
-        [sys.executable, "-m", "ctxbudget.cli.main", "replay", str(path), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        preexec_fn=limit_memory,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_cli("replay", str(path), "--json", memory=LIMIT_BYTES, timeout=TIMEOUT_S)
 
 
 @pytest.mark.reliability

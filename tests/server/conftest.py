@@ -17,6 +17,17 @@ from llama3_folder import write_llama3_folder
 from llama_harness import SERVER_CTX, LlamaServer, build_server, write_gguf
 
 
+def _serve(
+    binary: Path, folder: Path, name: str, pre: str, seed: int, factory: pytest.TempPathFactory
+) -> Iterator[LlamaServer]:
+    """llama-server on a random-weight GGUF written from ``folder`` (``pre``: llama.cpp's name
+    for its pre-tokenizer), for the length of a session fixture."""
+    where = factory.mktemp("llama")
+    model = write_gguf(folder, where / f"{name}-tiny.gguf", pre=pre, seed=seed)
+    with LlamaServer(binary, model, ctx=SERVER_CTX, log=where / "server.log") as server:
+        yield server
+
+
 @pytest.fixture(scope="session")
 def llama_server_binary() -> Path:
     return build_server()
@@ -32,10 +43,7 @@ def qwen_server(
     llama_server_binary: Path, qwen_folder: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LlamaServer]:
     """llama-server on a random-weight GGUF around Qwen2.5's tokenizer and template."""
-    where = tmp_path_factory.mktemp("llama")
-    model = write_gguf(qwen_folder, where / "qwen2.5-tiny.gguf", pre="qwen2", seed=1)
-    with LlamaServer(llama_server_binary, model, ctx=SERVER_CTX, log=where / "server.log") as s:
-        yield s
+    yield from _serve(llama_server_binary, qwen_folder, "qwen2.5", "qwen2", 1, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
@@ -50,10 +58,9 @@ def llama3_server(
     llama_server_binary: Path, llama3_folder: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LlamaServer]:
     """llama-server on a random-weight GGUF around the Llama-3-style cl100k folder."""
-    where = tmp_path_factory.mktemp("llama")
-    model = write_gguf(llama3_folder, where / "llama3-tiny.gguf", pre="llama-bpe", seed=2)
-    with LlamaServer(llama_server_binary, model, ctx=SERVER_CTX, log=where / "server.log") as s:
-        yield s
+    yield from _serve(
+        llama_server_binary, llama3_folder, "llama3", "llama-bpe", 2, tmp_path_factory
+    )
 
 
 @pytest.fixture(scope="session")
@@ -66,7 +73,4 @@ def smollm3_server(
     llama_server_binary: Path, smollm3_folder: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LlamaServer]:
     """llama-server on a random-weight GGUF around the SmolLM3 template (Qwen2.5 tokenizer)."""
-    where = tmp_path_factory.mktemp("llama")
-    model = write_gguf(smollm3_folder, where / "smollm3-tiny.gguf", pre="qwen2", seed=3)
-    with LlamaServer(llama_server_binary, model, ctx=SERVER_CTX, log=where / "server.log") as s:
-        yield s
+    yield from _serve(llama_server_binary, smollm3_folder, "smollm3", "qwen2", 3, tmp_path_factory)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.tokens.child import GIB, one_line_error, run_cli
+from tests.child import GIB, one_line_error, run_cli
 
 from ctxbudget.counting.sandbox import Limits, run_bounded
 from ctxbudget.errors import InputError

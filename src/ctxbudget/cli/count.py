@@ -12,21 +12,8 @@ from rich.table import Table
 from ctxbudget.cli.inputs import iter_text
 from ctxbudget.errors import ConfigError
 from ctxbudget.tokens import TokenCounter, counter_for_model, get_counter, tokenizer_infos
-from ctxbudget.tokens.pieces import PIECE_CHARS, SEARCH_CHARS, bounded_pieces
 from ctxbudget.tokens.registry import has_known_family
 from ctxbudget.tokens.select import GENERIC_ESTIMATOR, get_estimator
-
-# bounded_pieces and its limits live in tokens/pieces.py; named here for callers of the CLI module.
-__all__ = [
-    "PIECE_CHARS",
-    "SEARCH_CHARS",
-    "FileCount",
-    "bounded_pieces",
-    "choose_counter",
-    "count_command",
-    "count_source",
-    "tokenizers_command",
-]
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from jinja2.parser import Parser
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from ctxbudget.deadline import RenderTimeout
 from ctxbudget.tokens.pieces import PIECE_CHARS
 from ctxbudget.tokens.registry import TOKENIZE_SECONDS
 
@@ -62,11 +63,6 @@ templates nest 12 to 29 deep (DeepSeek V3.2/V4 the deepest of llama.cpp's 71).""
 
 _T = TypeVar("_T")
 _WIDTH = re.compile(r"\d{7,}")  # a format width/precision of a million or more
-
-
-class RenderTimeout(BaseException):
-    """Raised inside the rendering thread by the watchdog when the deadline passes (a
-    BaseException, so no ``except Exception`` in Jinja's runtime can swallow it)."""
 
 
 @dataclass(frozen=True, slots=True)

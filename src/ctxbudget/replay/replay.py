@@ -145,11 +145,6 @@ def segment_walls(t: CallTable, sizes: Sequence[int], starts: Sequence[int]) -> 
     return walls
 
 
-def largest_before(t: CallTable) -> array[int]:
-    """Per call, the largest reply any earlier call of the session produced."""
-    return learned_before(t)[0]
-
-
 def learned_before(t: CallTable) -> tuple[array[int], array[int]]:
     """Per call, what the session has shown the rule at its check (`SessionEvidence`, as the
     agent loop learns it): the largest reply of the earlier calls, and the largest growth

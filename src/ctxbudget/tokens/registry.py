@@ -24,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
+from ctxbudget.deadline import RenderTimeout
 from ctxbudget.errors import InputError, MissingDependencyError, UnknownNameError
 from ctxbudget.tokens.base import CounterKind
 from ctxbudget.tokens.hf_folder import (
@@ -162,19 +163,17 @@ _P = ParamSpec("_P")
 def _deadline_named(method: Callable[_P, _T]) -> Callable[_P, _T]:
     """``method`` of a tokenizer, with a deadline that passes while it runs blamed on it.
 
-    The chat-template sandbox's watchdog (counting/sandbox.py) raises its ``RenderTimeout`` in
+    The chat-template sandbox's watchdog (counting/sandbox.py) raises ``RenderTimeout`` in
     whatever Python code runs when the deadline passes, and a step's tokenising runs under it:
     a slow tokenizer (a huge added-token split, a slow regex) was reported as the template's
-    fault. Matched by name: the tokenizer layer does not import the counting layer.
+    fault.
     """
 
     @functools.wraps(method)
     def named(*args: _P.args, **kwargs: _P.kwargs) -> _T:
         try:
             return method(*args, **kwargs)
-        except BaseException as exc:
-            if type(exc).__name__ != "RenderTimeout":
-                raise
+        except RenderTimeout:
             name, text = getattr(args[0], "name", "tokenizer"), args[1]
             size = len(text) if isinstance(text, str) else sum(map(len, text))  # type: ignore[call-overload]
             raise InputError(
@@ -303,10 +302,12 @@ class ExactTokenizer:
     @_deadline_named
     def count(self, text: str) -> int:
         """The exact number of tokens in ``text``."""
-        if self.special_in_text:
-            return self.count_special(text)
-        if len(text) <= PIECE_CHARS:
+        if len(text) <= PIECE_CHARS:  # a step's text: a length check, then the count itself
+            if self.special_in_text:
+                return self._count_special(text)
             return len(self._encode(text, False))
+        if self.special_in_text:
+            return sum(map(self._count_special, self.bounded(text)))
         return sum(len(self._encode(piece, False)) for piece in self.bounded(text))
 
     @_deadline_named

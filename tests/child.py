@@ -1,5 +1,6 @@
-"""Run ctxbudget in a child process with an address-space limit and a timeout: a tokenizer that
-aborts the interpreter (Rust's "memory allocation failed") or hangs fails the test, not the run."""
+"""Run ctxbudget in a child process with an address-space limit and a timeout: code that aborts
+the interpreter (Rust's "memory allocation failed"), runs out of memory or hangs fails the test,
+not the run."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ CLI = "import sys; from ctxbudget.cli.main import main; sys.argv[0] = 'ctxbudget
 
 
 def run_python(
-    code: str, *args: str, memory: int = GIB, timeout: float = 120
+    code: str, *args: str, memory: int = GIB, timeout: float = 120, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``python -c code args`` with at most ``memory`` bytes of address space; a run past
-    ``timeout`` seconds raises ``subprocess.TimeoutExpired`` (the child is killed)."""
+    """``python -c code args`` with at most ``memory`` bytes of address space, given ``stdin``
+    (none: an empty input); a run past ``timeout`` seconds raises ``subprocess.TimeoutExpired``
+    (the child is killed)."""
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
@@ -28,6 +30,8 @@ def run_python(
     env = {**os.environ, "PYTHONPATH": SRC, "RUST_BACKTRACE": "0"}
     return subprocess.run(
         [sys.executable, "-c", code, *args],
+        input=stdin,
+        stdin=subprocess.DEVNULL if stdin is None else None,
         capture_output=True,
         text=True,
         timeout=timeout,
