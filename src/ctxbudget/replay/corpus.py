@@ -279,6 +279,13 @@ def _stop(pool: ProcessPoolExecutor) -> None:
         process.terminate()
     for process in processes:
         process.join(timeout=5)
+    # A worker forked a moment before has not yet reset SIGTERM to its default (the parent's
+    # handler may be the CLI's, which a worker survives), and a loaded machine may take longer
+    # than the wait: SIGKILL cannot be caught, so none outlives the run's folder.
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=5)
 
 
 def _attempt(job: Job) -> SessionSummary | str:
