@@ -744,10 +744,11 @@ class BudgetSession:
                 scale=scale,
             )
             compacted = request.with_messages(result.messages)
+            # The prefix as the caller's own list has it: a client that resends its whole
+            # history must find the second compaction's prefix too, not only the first's.
+            replaced = self._unsubstituted(request.messages)
             prefix = CompactedPrefix(
-                length=len(request.messages),
-                digest=prefix_digest(request.messages),
-                view=compacted.messages,
+                length=len(replaced), digest=prefix_digest(replaced), view=compacted.messages
             )
             with self._state:
                 # The cap binds pressure compactions (`should_compact`); an overflow compaction
@@ -760,7 +761,7 @@ class BudgetSession:
                     self.summaries.append(result.summary)
                 self.compactions.append(record)
                 number = len(self.compactions)
-                self._prefix, self._replaced = prefix, request.messages
+                self._prefix, self._replaced = prefix, replaced
             if self.archive is not None:
                 view = tuple(without_adapter_meta(m) for m in result.messages)
                 # The view's new messages (summary, placeholders) live in the compaction record.
@@ -774,6 +775,17 @@ class BudgetSession:
                 self.archive.append_meta({f"compaction.{number}": record.to_json()})
             self._emit("compaction", **record.to_json())
             return compacted
+
+    def _unsubstituted(self, messages: tuple[Message, ...]) -> tuple[Message, ...]:
+        """``messages`` with a head that is the last compaction's view put back to the messages
+        it stands for, when this process has seen them (`_substitute` did the swap): what the
+        caller sent. Otherwise ``messages`` (a caller that keeps the view, as `Agent` does)."""
+        prefix = self._prefix
+        if prefix is None or not prefix.view or not self._replaced:
+            return messages
+        if messages[: len(prefix.view)] != prefix.view:
+            return messages
+        return (*self._replaced, *messages[len(prefix.view) :])
 
     def _substitute(self, request: Request) -> Request:
         """``request`` with the prefix the last compaction replaced swapped for its view: a

@@ -719,7 +719,7 @@ def open_store(spec: str) -> SessionStore:
             raise ConfigError(
                 f"--state {_redacted(spec)}: {name} must be seconds, got {shown(value[:40])}"
             ) from None
-    url = parts._replace(scheme=parts.scheme.lower(), query="", fragment="").geturl()
+    url = spec.partition("#")[0].partition("?")[0]  # as written, for its messages
     return RedisSessionStore(
         url,
         idle_ttl=options.get("idle_ttl", DEFAULT_IDLE_TTL_S),
