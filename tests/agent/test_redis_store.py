@@ -99,13 +99,13 @@ def test_a_corrupt_stored_state_is_one_input_error_line(redis_url: str) -> None:
 
 
 def test_a_state_expires_after_its_idle_time_and_use_renews_it(redis_url: str) -> None:
-    with RedisSessionStore(redis_url, idle_ttl=1.0) as store:
+    with RedisSessionStore(redis_url, idle_ttl=2.0) as store:
         store.save("conv", SessionState(window=1000))
-        assert 0 < store._client.pttl("ctxbudget:state:conv") <= 1000
-        for _ in range(3):  # each load starts the idle time again: 1.8 s in all, still there
-            time.sleep(0.6)
+        assert 0 < store._client.pttl("ctxbudget:state:conv") <= 2000
+        for _ in range(3):  # each load starts the idle time again: 2.7 s in all, still there
+            time.sleep(0.9)
             assert store.load("conv") == SessionState(window=1000)
-        time.sleep(1.3)
+        time.sleep(2.5)
         assert store.load("conv") is None
         assert store.keys() == []
 
@@ -116,10 +116,10 @@ def test_idle_time_and_lock_options_come_from_the_url(redis_url: str) -> None:
     with store:
         assert (store.idle_ttl, store.lock_ttl, store.lock_wait) == (2.5, 4.0, 0.0)
         store.save("conv", SessionState(window=1000))
-        assert 2000 < store._client.pttl("ctxbudget:state:conv") <= 2500
+        assert 1000 < store._client.pttl("ctxbudget:state:conv") <= 2500
         with store.lock("conv") as held:
             assert held
-            assert 3000 < store._client.pttl("ctxbudget:lock:conv") <= 4000
+            assert 2000 < store._client.pttl("ctxbudget:lock:conv") <= 4000
             with store.lock("conv") as again:  # lock_wait=0: one try
                 assert again is False
         assert store._client.exists("ctxbudget:lock:conv") == 0  # released
@@ -129,12 +129,12 @@ def test_a_held_lock_is_renewed_past_its_time_to_live(redis_url: str) -> None:
     """A live holder keeps its lock (a long summary is not summarised twice): held for 2.5 times
     the lock's time to live, another store's try still fails."""
     with (
-        RedisSessionStore(redis_url, lock_ttl=0.6, lock_wait=0) as mine,
-        RedisSessionStore(redis_url, lock_ttl=0.6, lock_wait=0) as theirs,
+        RedisSessionStore(redis_url, lock_ttl=1.0, lock_wait=0) as mine,
+        RedisSessionStore(redis_url, lock_ttl=1.0, lock_wait=0) as theirs,
     ):
         with mine.lock("conv") as held:
             assert held
-            time.sleep(1.5)
+            time.sleep(2.5)
             with theirs.lock("conv") as other:
                 assert other is False
         with theirs.lock("conv") as other:
@@ -300,8 +300,8 @@ def test_a_killed_lock_holder_frees_the_lock_after_its_time_to_live(
     redis_url: str, instances: list[Instance]
 ) -> None:
     """The holder is killed (SIGKILL) in the middle of its summary; the other instance, already
-    waiting for the lock, gets it once the lock's time to live (1 s) has passed and compacts."""
-    spec = redis_url + "?lock_ttl=1&lock_wait=30"
+    waiting for the lock, gets it once the lock's time to live (2 s) has passed and compacts."""
+    spec = redis_url + "?lock_ttl=2&lock_wait=30"
     holder = _start(instances, spec, "holder", delay=120)
     waiter = _start(instances, spec, "waiter")
     for instance in (holder, waiter):
@@ -310,7 +310,7 @@ def test_a_killed_lock_holder_frees_the_lock_after_its_time_to_live(
     holder.send(request)
     holder.wait_for("summarizing")
     waiter.send(request)
-    time.sleep(2.0)  # twice the lock's time to live: the holder's renewals keep it meanwhile
+    time.sleep(3.0)  # past the lock's time to live: the holder's renewals keep it meanwhile
     assert not [line for line in waiter.lines if "sent" in line or "summarizing" in line]
     os.kill(holder.process.pid, signal.SIGKILL)
     killed = time.monotonic()
@@ -349,7 +349,7 @@ def test_a_waiter_whose_wait_runs_out_goes_on_without_compacting(
         assert slow.started.wait(30)
         sent = waiter.prepare(request)
         thread.join()
-        assert sent is request or sent.messages == request.messages
+        assert sent.messages == request.messages  # as it came: not compacted
         assert (slow.calls, quick.calls) == (1, 0)
         assert "lock_waited" in events
         assert waiter_store.load("conv") == holder.snapshot()  # the holder saved its compaction
