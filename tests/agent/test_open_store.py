@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.agent.conversations import SlowSummarizer, long_conversation
@@ -123,6 +124,35 @@ def test_sessions_of_one_process_sharing_a_store_compact_once(
     assert len(views[0].messages) < len(request.messages)
     assert stores[0].load("conv") is not None
     assert budget_session._PROCESS_LOCKS._locks == {}  # nothing left behind
+
+
+def test_a_stale_session_does_not_save_over_a_newer_compaction(qwen3: RequestCounter) -> None:
+    """Two requests of one conversation at once on two instances: one compacts (and saves), the
+    other, restored before that, ends later. Its save must not put back the state without the
+    compaction, or the next request would summarise the prefix a second time."""
+    store = MemorySessionStore()
+    summarizer = SlowSummarizer(delay=0)
+    options: dict[str, Any] = {
+        "window": 2048,
+        "counter": qwen3,
+        "summarizer": summarizer,
+        "strategy": "summarize",
+        "store": store,
+        "key": "conv",
+    }
+    compacting, other = BudgetSession(**options), BudgetSession(**options)
+    request = long_conversation()
+    short = request.with_messages(request.messages[:4])
+    other.prepare(short)  # under the line: no compaction
+    compacting.prepare(request)  # compacts, and saves under the lock
+    assert summarizer.calls == 1
+    saved = other.save(store, "conv")  # ends after the compaction: its state is older
+    later = BudgetSession(**options)
+    assert later.restore(store, "conv")
+    later.prepare(request)
+    assert summarizer.calls == 1  # the stored compaction was reused
+    assert saved is False
+    assert compacting.save(store, "conv") is True
 
 
 def test_the_process_lock_is_given_up_after_its_wait() -> None:

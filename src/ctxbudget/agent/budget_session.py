@@ -892,9 +892,17 @@ class BudgetSession:
             self._prefix, self._replaced = state.prefix, ()
             self._archived = set(state.archived)
 
-    def save(self, store: SessionStore, key: str) -> None:
-        """Keep this session's state in ``store`` under ``key``."""
+    def save(self, store: SessionStore, key: str) -> bool:
+        """Keep this session's state in ``store`` under ``key``; True when saved. Not in the
+        session's own shared store when that holds more compactions than this session knows
+        (another instance compacted during this request): the newer compaction is kept, else
+        the next request would summarise its prefix again."""
+        if store is self.store and key == self.key:
+            stored = store.load(key)
+            if stored is not None and len(stored.compactions) > len(self.compactions):
+                return False
         store.save(key, self.snapshot())
+        return True
 
     def restore(self, store: SessionStore, key: str) -> bool:
         """Continue the session saved under ``key``; False when there is none."""
