@@ -67,6 +67,8 @@ saved a compaction meanwhile, that state is taken over (it is the conversation's
 view used; only when the request is still over the line is it compacted, then saved. A lock not
 had within the store's wait (a holder alive but slow) means going on without compacting: never
 summarising twice is kept over compacting now (an overflow that follows is recovered as usual).
+`save` to that store leaves a state with more compactions than the session knows in place (a
+request that ran alongside another instance's compaction must not put the older state back).
 """
 
 from __future__ import annotations
