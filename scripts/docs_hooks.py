@@ -32,7 +32,8 @@ def section(text: str, heading: str) -> str:
         (
             i
             for i in range(start, len(lines))
-            if re.match(rf"#{{1,{level}}} ", lines[i]) and not lines[i].startswith("#" * (level + 1))
+            if re.match(rf"#{{1,{level}}} ", lines[i])
+            and not lines[i].startswith("#" * (level + 1))
         ),
         len(lines),
     )
