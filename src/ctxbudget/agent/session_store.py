@@ -55,7 +55,8 @@ from ctxbudget.budget.usage import PromptGap
 from ctxbudget.compaction.archive import MAX_RECORD_BYTES, user_cache_dir
 from ctxbudget.compaction.archive_file import open_regular
 from ctxbudget.compaction.records import message_from_record, message_to_record
-from ctxbudget.errors import ArchiveError, ConfigError, InputError, MissingDependencyError
+from ctxbudget.errors import ArchiveError, ConfigError, InputError
+from ctxbudget.extras import require
 from ctxbudget.messages._checks import (
     as_list,
     as_object,
@@ -676,11 +677,7 @@ def _glob_escape(text: str) -> str:
 
 
 def _import_redis() -> Any:
-    try:
-        import redis
-    except ImportError:
-        raise MissingDependencyError("a redis:// state store", "ctxbudget[redis]") from None
-    return redis
+    return require("redis", "redis", "a redis:// state store")
 
 
 # -- a store from a --state value ----------------------------------------------------------------
