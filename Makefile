@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-server test-reliability lint typecheck pytest fuzz bench docs clean
+.PHONY: demo test test-server test-reliability test-redis lint typecheck pytest fuzz bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ test-server: $(VENV)/.dev
 # Hostile inputs that take seconds to minutes each (huge files, runaway regexes, many sessions).
 test-reliability: $(VENV)/.dev
 	$(BIN)/python -m pytest tests -m reliability -p no:cacheprovider
+
+# The shared state store on a real redis-server (apt-get install redis-server): several
+# instances in separate processes on one Redis. A missing redis-server fails the tier.
+test-redis: $(VENV)/.dev
+	$(BIN)/python -m pytest tests -m redis -p no:cacheprovider
 
 fuzz: $(VENV)/.dev
 	CTXBUDGET_FUZZ=1 HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests -m fuzz -p no:cacheprovider
