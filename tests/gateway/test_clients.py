@@ -37,7 +37,7 @@ def test_the_openai_sdk_sync_and_streamed(tmp_path: Path) -> None:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
         messages: list[Any] = [{"role": "system", "content": "Be brief."}]
         for turn in range(1, 13):
-            messages.append(user(long_text(f"sdk topic {turn}", 30)))
+            messages.append(user(long_text(f"topic {turn}", 30)))
             if turn % 2:
                 reply = client.chat.completions.create(model="mock", messages=messages)
                 content = reply.choices[0].message.content
@@ -65,13 +65,13 @@ def test_the_openai_sdk_async(tmp_path: Path) -> None:
             replies = await asyncio.gather(
                 *(
                     client.chat.completions.create(
-                        model="mock", messages=[user(f"async topic {k}: hello")]
+                        model="mock", messages=[user(f"topic {k}: hello")]
                     )
                     for k in range(1, 6)
                 )
             )
             stream = await client.chat.completions.create(
-                model="mock", messages=[user("async topic 9: hi")], stream=True
+                model="mock", messages=[user("topic 9: hi")], stream=True
             )
             text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
             await client.close()
