@@ -342,3 +342,25 @@ def test_the_request_after_a_compaction_reuses_it(tmp_path: Path) -> None:
     assert sum(added) >= 3
     back_to_back = [i for i in range(1, len(added)) if added[i] and added[i - 1]]
     assert back_to_back == [], f"summarised again right after a compaction at turns {added}"
+
+
+class _NoSummaries(MockProvider):
+    def summarize(self, request: Any) -> str:
+        from ctxbudget.errors import ProviderError
+
+        raise ProviderError("the summary model is down")
+
+
+def test_a_failed_summary_call_falls_back_to_truncation(tmp_path: Path) -> None:
+    app, _ = scripted(_NoSummaries("chat", window=2048))
+
+    async def go() -> tuple[list[Any], Any]:
+        async with gateway(tmp_path, app, window=2048) as (client, gw):
+            _, responses = await _drive(client, 16)
+            conversation = next(iter((await gw.conversations())._live.values()))
+            return responses, conversation.session.report()
+
+    responses, report = run(go())
+    assert all(r.status_code == 200 for r in responses)
+    assert report["compactions"]
+    assert {c["strategy"] for c in report["compactions"]} == {"truncate"}
