@@ -150,3 +150,21 @@ def test_serve_refuses_a_public_bind_without_a_client_key() -> None:
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0
     assert "--api-key-env" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_serve_without_its_extra_is_one_line_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    from ctxbudget.cli.main import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name)
+    )
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--upstream", "mock"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "uvicorn" in err and "pip install 'ctxbudget[serve]'" in err
