@@ -191,7 +191,8 @@ def test_round_trip_forwards_the_body_unchanged() -> None:
     # Nothing compacted: the very request parsed, and an equal copy of its messages (which
     # goes through the mapping back to Anthropic messages), both give the client's body back.
     same = MESSAGES.forward_body(body, parsed, parsed.request, None)
-    mapped = parsed.request.with_messages(tuple(parsed.request.messages))
+    mapped = parsed.request.with_messages(tuple(list(parsed.request.messages)))
+    assert mapped.messages is not parsed.request.messages
     back = MESSAGES.forward_body(body, parsed, mapped, None)
     for out in (same, back):
         assert json.dumps(out, sort_keys=True) == json.dumps(before, sort_keys=True)
