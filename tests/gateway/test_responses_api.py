@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
+import httpx2
+import openai
 import pytest
+from tests.gateway import scripted_upstream
+from tests.gateway.loopback import Served, gateway
 from tests.gateway.sse_events import merged, sse_events
 
 from ctxbudget.compaction.strategies import compact
@@ -305,3 +310,87 @@ def test_summary_body_asks_the_same_api() -> None:
         "store": False,
     }
     assert RESPONSES.parse(body).request.system == "Summarise."
+
+
+# -- the openai SDK's Responses through the gateway ------------------------------------------------
+
+CLIENT_TOOLS = [
+    {
+        "type": "function",
+        "name": "read_file",
+        "description": "Reads a file of the workspace.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        "strict": False,
+    }
+]
+
+
+def _run_codex_loop(served: Served, *, stream: bool) -> tuple[str, int]:
+    """A tool loop as an agent drives it with the openai SDK's Responses: (final text, calls)."""
+    http = httpx2.Client(event_hooks={"response": [lambda r: served.headers.append(r.headers)]})
+    client = openai.OpenAI(
+        base_url=f"{served.url}/v1", api_key="none", max_retries=0, http_client=http
+    )
+    items: list[dict[str, Any]] = [{"role": "user", "content": scripted_upstream.TASK}]
+    for calls in range(1, 60):
+        kwargs: dict[str, Any] = {
+            "model": "qwen3-coder",
+            "instructions": scripted_upstream.SYSTEM,
+            "input": items,
+            "tools": CLIENT_TOOLS,
+            "max_output_tokens": 400,
+            "store": False,
+        }
+        if stream:
+            reply = None
+            for event in client.responses.create(stream=True, **kwargs):
+                if event.type == "response.completed":
+                    reply = event.response
+            assert reply is not None
+        else:
+            reply = client.responses.create(**kwargs)
+        output = [item.model_dump(exclude_none=True) for item in reply.output]
+        items.extend(output)
+        calls_made = [item for item in reply.output if item.type == "function_call"]
+        if not calls_made:
+            return reply.output_text, calls
+        for call in calls_made:
+            path = json.loads(call.arguments)["path"]
+            output_item = {
+                "type": "function_call_output",
+                "call_id": call.call_id,
+                "output": scripted_upstream.tool_output(path),
+            }
+            items.append(output_item)
+    raise AssertionError("the tool loop did not end")
+
+
+# 14 steps: past the window twice over; the SDK's own input conversion grows with the list
+# (most of a 32-step run's time), and the Messages test runs the 32-step loop.
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_the_openai_sdk_runs_a_long_responses_loop_through_the_gateway(
+    tmp_path: Path, stream: bool
+) -> None:
+    with gateway(tmp_path, steps=14) as served:
+        final, calls = _run_codex_loop(served, stream=stream)
+    script = served.script
+    assert final == scripted_upstream.FINAL_ANSWER
+    assert calls == 14 + 1
+    # Far past the window, compacted by the gateway (summaries through the Responses API),
+    # and never a request over the server's window; the reasoning of the call in progress
+    # went back with its encrypted content (the server checks it).
+    assert script.summaries >= 1
+    assert max(script.prompts) <= scripted_upstream.WINDOW
+    assert any(h.get("x-ctxbudget-compacted") == "1" for h in served.headers)
+    assert len({h.get("x-ctxbudget-conversation") for h in served.headers}) == 1
+
+
+def test_a_server_side_history_request_is_passed_through_with_the_header(tmp_path: Path) -> None:
+    with gateway(tmp_path) as served:
+        reply = httpx2.post(
+            f"{served.url}/v1/responses",
+            json={"model": "m", "input": "next", "previous_response_id": "resp_1"},
+        )
+    assert reply.status_code == 200
+    assert reply.headers["x-ctxbudget-passthrough"].startswith("previous_response_id")
+    assert "x-ctxbudget-tokens" not in reply.headers
