@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -520,3 +521,42 @@ def test_the_anthropic_sdk_runs_a_long_tool_loop_through_the_gateway(
     assert any(h.get("x-ctxbudget-compacted") == "1" for h in served.headers)
     # One conversation all along, though the client moved its cache breakpoint every call.
     assert len({h.get("x-ctxbudget-conversation") for h in served.headers}) == 1
+
+
+def test_an_upstream_overflow_is_recovered_and_never_reaches_the_sdk(tmp_path: Path) -> None:
+    # The gateway is told a window twice the server's: the server refuses a prompt with
+    # Anthropic's own overflow error; the gateway adopts the window it states, compacts, and
+    # sends again, so the client sees none of it.
+    with gateway(tmp_path, window=2 * scripted_upstream.WINDOW, steps=16) as served:
+        final, calls = _run_claude_loop(served, stream=True)
+    assert final == scripted_upstream.FINAL_ANSWER and calls == 16 + 1
+    assert served.script.overflows >= 1
+    assert {h.get("x-ctxbudget-window") for h in served.headers[-3:]} == {
+        str(scripted_upstream.WINDOW)
+    }
+
+
+def test_a_request_whose_floor_exceeds_the_window_gets_the_anthropic_error(
+    tmp_path: Path,
+) -> None:
+    tools = [
+        {**CLIENT_TOOLS[0], "name": f"tool_{i}", "description": "A tool. " * 120} for i in range(12)
+    ]
+    with gateway(tmp_path) as served:
+        client = anthropic.Anthropic(base_url=served.url, api_key="sk-none", max_retries=0)
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            client.messages.create(
+                model="claude-sonnet-4-5",
+                max_tokens=128_000,
+                system="You are Claude Code.",
+                tools=tools,
+                messages=[{"role": "user", "content": "hi"}],
+                stream=True,  # as Claude Code asks (the SDK wants a stream for 128K)
+            )
+    assert served.script.calls == 0  # nothing was sent that the server would truncate
+    error = caught.value.body["error"]  # type: ignore[index]
+    assert error["type"] == "invalid_request_error"
+    assert re.match(
+        rf"prompt is too long: \d+ tokens > {scripted_upstream.WINDOW} maximum; prompt floor ",
+        error["message"],
+    )

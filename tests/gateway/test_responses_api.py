@@ -394,3 +394,28 @@ def test_a_server_side_history_request_is_passed_through_with_the_header(tmp_pat
     assert reply.status_code == 200
     assert reply.headers["x-ctxbudget-passthrough"].startswith("previous_response_id")
     assert "x-ctxbudget-tokens" not in reply.headers
+
+
+def test_an_upstream_overflow_is_recovered_and_never_reaches_the_sdk(tmp_path: Path) -> None:
+    # Told twice the server's window, the gateway learns the real one from the server's
+    # context_length_exceeded error, compacts and sends again; the client sees none of it.
+    with gateway(tmp_path, window=2 * scripted_upstream.WINDOW, steps=12) as served:
+        final, calls = _run_codex_loop(served, stream=True)
+    assert final == scripted_upstream.FINAL_ANSWER and calls == 12 + 1
+    assert served.script.overflows >= 1
+    assert served.headers[-1].get("x-ctxbudget-window") == str(scripted_upstream.WINDOW)
+
+
+def test_a_request_whose_floor_exceeds_the_window_gets_context_length_exceeded(
+    tmp_path: Path,
+) -> None:
+    tools = [
+        {**CLIENT_TOOLS[0], "name": f"tool_{i}", "description": "A tool. " * 120} for i in range(12)
+    ]
+    with gateway(tmp_path) as served:
+        client = openai.OpenAI(base_url=f"{served.url}/v1", api_key="none", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(model="m", input="hi", tools=tools, max_output_tokens=64)
+    assert served.script.calls == 0
+    assert caught.value.code == "context_length_exceeded"
+    assert "prompt floor" in caught.value.message
