@@ -197,10 +197,18 @@ def test_compacted_forward_keeps_the_newest_step_verbatim_and_pairs_calls() -> N
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("previous_response_id", "resp_123"), ("conversation", {"id": "conv_1"})],
+    [
+        ("previous_response_id", "resp_123"),
+        ("conversation", {"id": "conv_1"}),
+        ("item_reference", None),
+    ],
 )
 def test_server_side_history_is_passed_through_with_the_reason(field: str, value: object) -> None:
-    body = {"model": "m", "input": [{"role": "user", "content": "next"}], field: value}
+    body: dict[str, Any] = {"model": "m", "input": [{"role": "user", "content": "next"}]}
+    if field == "item_reference":
+        body["input"].insert(0, {"type": "item_reference", "id": "msg_stored"})
+    else:
+        body[field] = value
     parsed = RESPONSES.parse(body)
     assert parsed.passthrough is not None and field in parsed.passthrough
     assert RESPONSES.forward_body(body, parsed, parsed.request, None) == body
