@@ -560,3 +560,22 @@ def test_a_request_whose_floor_exceeds_the_window_gets_the_anthropic_error(
         rf"prompt is too long: \d+ tokens > {scripted_upstream.WINDOW} maximum; prompt floor ",
         error["message"],
     )
+
+
+def test_the_beta_path_is_guarded_too(tmp_path: Path) -> None:
+    # Claude Code calls POST /v1/messages?beta=true (the SDK's beta client does the same).
+    with gateway(tmp_path, steps=0) as served:
+        http = httpx2.Client(event_hooks={"response": [lambda r: served.headers.append(r.headers)]})
+        client = anthropic.Anthropic(
+            base_url=served.url, api_key="sk-none", max_retries=0, http_client=http
+        )
+        reply = client.beta.messages.create(
+            model="claude-sonnet-4-5",
+            max_tokens=256,
+            messages=[{"role": "user", "content": scripted_upstream.TASK}],
+            betas=["interleaved-thinking-2025-05-14"],
+        )
+    assert reply.content[0].type == "text"
+    assert reply.content[0].text == scripted_upstream.FINAL_ANSWER
+    assert served.headers[-1].get("x-ctxbudget-conversation")
+    assert int(served.headers[-1]["x-ctxbudget-tokens"]) == served.script.prompts[-1]

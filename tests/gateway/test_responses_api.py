@@ -427,3 +427,12 @@ def test_a_request_whose_floor_exceeds_the_window_gets_context_length_exceeded(
     assert served.script.calls == 0
     assert caught.value.code == "context_length_exceeded"
     assert "prompt floor" in caught.value.message
+
+
+def test_the_gateways_count_is_the_count_of_what_it_forwards(tmp_path: Path) -> None:
+    with gateway(tmp_path, steps=1) as served:
+        final, calls = _run_codex_loop(served, stream=False)
+    assert (final, calls) == (scripted_upstream.FINAL_ANSWER, 2)
+    # The server counts the body it received with the same tokenizer: the same numbers.
+    assert [int(h["x-ctxbudget-tokens"]) for h in served.headers] == served.script.prompts
+    assert all(h["x-ctxbudget-compacted"] == "0" for h in served.headers)
