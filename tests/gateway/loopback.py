@@ -1,6 +1,6 @@
 """The gateway with the Responses and Messages APIs, served by uvicorn on a loopback port in a
 thread, in front of the scripted upstream (reached in-process): what the real clients' tests
-point an SDK at."""
+point an SDK at. `serve_on_loopback` serves any app so (the server tier's gateway too)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import uvicorn
+from starlette.types import ASGIApp
 from tests.gateway import scripted_upstream
 from tests.gateway.scripted_upstream import Script
 
@@ -53,6 +54,14 @@ def gateway(
         apis=(CHAT, RESPONSES, MESSAGES),
         transport=httpx.ASGITransport(app=scripted_upstream.app(script)),
     )
+    with serve_on_loopback(app) as url:
+        yield Served(url, script, [])
+
+
+@contextmanager
+def serve_on_loopback(app: ASGIApp) -> Iterator[str]:
+    """``app`` served by uvicorn on a free loopback port in a thread: its base URL (no
+    ``/v1``), until the block ends."""
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
     )
@@ -65,7 +74,7 @@ def gateway(
         time.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield Served(f"http://127.0.0.1:{port}", script, [])
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=20)
