@@ -331,10 +331,18 @@ DIVERGENCES = [
             "input": [
                 {"type": "message", "role": "user", "content": "Read both files."},
                 {"type": "message", "role": "assistant", "content": "Reading them."},
-                {"type": "function_call", "call_id": "c1", "name": "read_file",
-                 "arguments": '{"path": "a.py"}'},
-                {"type": "function_call", "call_id": "c2", "name": "read_file",
-                 "arguments": '{"path": "b.py"}'},
+                {
+                    "type": "function_call",
+                    "call_id": "c1",
+                    "name": "read_file",
+                    "arguments": '{"path": "a.py"}',
+                },
+                {
+                    "type": "function_call",
+                    "call_id": "c2",
+                    "name": "read_file",
+                    "arguments": '{"path": "b.py"}',
+                },
                 {"type": "function_call_output", "call_id": "c1", "output": "x = 1"},
                 {"type": "function_call_output", "call_id": "c2", "output": "y = 2"},
             ],
@@ -350,7 +358,7 @@ DIVERGENCES = [
             "message per item: each extra item counts one turn frame more (+4-5 tokens, "
             "Qwen2.5)",
         ),
-    ),  # fmt: skip
+    ),
     pytest.param(
         RESPONSES.path,
         {"instructions": "", "input": "hi", "max_output_tokens": 1},
