@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -236,21 +237,32 @@ class Gateway:
     client: httpx.Client
 
 
-@pytest.fixture
-def gateway(
-    qwen_generating_server: LlamaServer, qwen_folder: Path, tmp_path: Path
+@contextmanager
+def _gateway(
+    server: LlamaServer, folder: Path, where: Path, window: int | None = None
 ) -> Iterator[Gateway]:
-    """A fresh gateway (its own state) in front of the llama-server, told no window."""
+    """A fresh gateway (its own state under ``where``) in front of ``server``, told
+    ``window`` (None: no ``--window``, the gateway asks the server)."""
     config = GatewayConfig(
-        upstream=qwen_generating_server.base_url,
-        tokenizer=f"hf:{qwen_folder}",
-        state=tmp_path / "state.sqlite3",
-        archive_dir=tmp_path / "archives",
+        upstream=server.base_url,
+        window=window,
+        tokenizer=f"hf:{folder}",
+        state=where / "state.sqlite3",
+        archive_dir=where / "archives",
         port=0,
     )
     app = create_app(config, apis=(CHAT, RESPONSES, MESSAGES))
     with serve_on_loopback(app) as url, httpx.Client(base_url=url, timeout=120) as client:
         yield Gateway(url, client)
+
+
+@pytest.fixture
+def gateway(
+    qwen_generating_server: LlamaServer, qwen_folder: Path, tmp_path: Path
+) -> Iterator[Gateway]:
+    """A fresh gateway in front of the llama-server, told no window."""
+    with _gateway(qwen_generating_server, qwen_folder, tmp_path) as served:
+        yield served
 
 
 def _seeded_with_tools(
@@ -412,6 +424,60 @@ def _step(turn: int) -> tuple[Message, Message]:
     )
 
 
+@dataclass
+class Drive:
+    """What driving one conversation through the gateway saw."""
+
+    steps: int = 0
+    compacted: int = 0
+    windows: set[int] = field(default_factory=set)
+    """The ``x-ctxbudget-window`` values the gateway sent back."""
+    request: Request | None = None
+    """The client's whole history at the end."""
+
+
+def _drive(gateway: Gateway, api: str, folder: Path, until: int) -> Drive:
+    """A tool loop through the gateway until the client's own history counts ``until``
+    tokens. Every step must be answered (odd ones streamed, as agents stream), and the
+    gateway's count of what it forwarded must be the prompt the server reports, within the
+    server's window."""
+    wire = WIRES[api]
+    request = Request(
+        system="You are a coding agent. Read files with read_file.",
+        tools=TOOLS,
+        messages=(Message(role="user", content="Review every module under src/ for bugs."),),
+        max_output_tokens=REPLY_TOKENS,
+    )
+    counter = RequestCounter(f"hf:{folder}")
+    drive = Drive()
+    while counter.count(request).total < until:
+        body = wire.body(request)
+        streamed = drive.steps % 2 == 1
+        if streamed:
+            body = {**body, "stream": True}
+            if api == "chat":
+                body["stream_options"] = {"include_usage": True}
+        reply = gateway.client.post(wire.path, json=body)
+        where = f"step {drive.steps}"
+        assert reply.status_code == 200, f"{where}: {reply.text}"
+        if streamed:
+            events = _events(reply.text)
+            assert not any("error" in e for e in events), f"{where}: {reply.text[-2000:]}"
+            server = wire.streamed_prompt_tokens(events)
+        else:
+            server = wire.prompt_tokens(reply.json())
+            assert isinstance(wire.text(reply.json()), str)  # a reply of the API's own shape
+        sent = int(reply.headers["x-ctxbudget-tokens"])
+        assert sent == server, where
+        assert sent + REPLY_TOKENS <= SERVER_CTX, where
+        drive.compacted += reply.headers["x-ctxbudget-compacted"] == "1"
+        drive.windows.add(int(reply.headers["x-ctxbudget-window"]))
+        request = request.with_messages((*request.messages, *_step(drive.steps)))
+        drive.steps += 1
+    drive.request = request
+    return drive
+
+
 @pytest.mark.parametrize("api", WIRES)
 def test_a_conversation_far_past_the_window_gets_no_overflow(
     gateway: Gateway, qwen_generating_server: LlamaServer, qwen_folder: Path, api: str
@@ -420,34 +486,33 @@ def test_a_conversation_far_past_the_window_gets_no_overflow(
     is answered (the gateway compacts, the served model writing the summary), each forwarded
     request counted exactly and within the window; the same history sent to the server
     directly is refused as too long."""
-    wire = WIRES[api]
-    request = Request(
-        system="You are a coding agent. Read files with read_file.",
-        tools=TOOLS,
-        messages=(Message(role="user", content="Review every module under src/ for bugs."),),
-        max_output_tokens=REPLY_TOKENS,
-    )
-    counter = RequestCounter(f"hf:{qwen_folder}")
-    compacted = steps = 0
-    history_tokens = 0
-    while history_tokens < PAST_WINDOW * SERVER_CTX:
-        reply = gateway.client.post(wire.path, json=wire.body(request))
-        assert reply.status_code == 200, f"step {steps}: {reply.text}"
-        value = reply.json()
-        sent = int(reply.headers["x-ctxbudget-tokens"])
-        assert sent == wire.prompt_tokens(value), f"step {steps}"
-        assert sent + REPLY_TOKENS <= SERVER_CTX
-        compacted += reply.headers["x-ctxbudget-compacted"] == "1"
-        assert isinstance(wire.text(value), str)  # a reply of the API's own shape
-        request = request.with_messages((*request.messages, *_step(steps)))
-        history_tokens = counter.count(request).total
-        steps += 1
+    drive = _drive(gateway, api, qwen_folder, PAST_WINDOW * SERVER_CTX)
     status = gateway.client.get("/ctxbudget/status").json()
-    assert compacted >= 2 and status["summary_calls"] >= 2, (compacted, status)
+    assert drive.compacted >= 2 and status["summary_calls"] >= 2, (drive, status)
     assert len(status["conversations"]) == 1  # one conversation throughout
+    assert status["conversations"][0]["overflows"] == 0  # compacted before, never after
+    assert drive.request is not None
     direct = httpx.post(
-        f"http://127.0.0.1:{qwen_generating_server.port}{wire.path}",
-        json=wire.body(request),
+        f"http://127.0.0.1:{qwen_generating_server.port}{WIRES[api].path}",
+        json=WIRES[api].body(drive.request),
         timeout=120,
     )
-    assert direct.status_code == 400 and "context" in direct.text, direct.text
+    assert direct.status_code == 400, direct.text
+    assert direct.json()["error"]["type"] == "exceed_context_size_error"
+
+
+@pytest.mark.parametrize("api", WIRES)
+def test_a_window_told_too_large_is_corrected_by_the_servers_overflow_error(
+    qwen_generating_server: LlamaServer, qwen_folder: Path, tmp_path: Path, api: str
+) -> None:
+    """A gateway told 4x the server's window (as a harness that believes a model's trained
+    length): the server's own overflow error (llama.cpp's ``exceed_context_size_error``, the
+    same body on all three APIs) is recognised, its stated ``n_ctx`` adopted, the request
+    compacted and retried: the client sees no error, and every later request fits."""
+    told = 4 * SERVER_CTX
+    with _gateway(qwen_generating_server, qwen_folder, tmp_path, window=told) as gateway:
+        drive = _drive(gateway, api, qwen_folder, 2 * SERVER_CTX)
+        status = gateway.client.get("/ctxbudget/status").json()
+    assert drive.windows == {told, SERVER_CTX}, drive.windows  # told, then the server's
+    (conversation,) = status["conversations"]
+    assert conversation["overflows"] >= 1 and conversation["window"] == SERVER_CTX
