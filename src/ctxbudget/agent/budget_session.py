@@ -779,15 +779,18 @@ class BudgetSession:
             return compacted
 
     def _unsubstituted(self, messages: tuple[Message, ...]) -> tuple[Message, ...]:
-        """``messages`` with a head that is the last compaction's view put back to the messages
-        it stands for, when this process has seen them (`_substitute` did the swap): what the
-        caller sent. Otherwise ``messages`` (a caller that keeps the view, as `Agent` does)."""
-        prefix = self._prefix
-        if prefix is None or not prefix.view or not self._replaced:
+        """``messages`` as the caller's own list: when they start with the view of the prefix
+        `_substitute` replaced (a harness resending its whole list), that prefix in its place.
+        Otherwise ``messages`` (a caller that keeps the view, as `Agent` does). A compaction of a
+        substituted list then replaces what the caller will send again, so the next request (or
+        a restored session) finds its prefix in the caller's list."""
+        prefix, replaced = self._prefix, self._replaced
+        if prefix is None or not prefix.view or len(replaced) != prefix.length:
             return messages
-        if messages[: len(prefix.view)] != prefix.view:
+        n = len(prefix.view)
+        if messages[:n] != prefix.view:
             return messages
-        return (*self._replaced, *messages[len(prefix.view) :])
+        return (*replaced, *messages[n:])
 
     def _substitute(self, request: Request) -> Request:
         """``request`` with the prefix the last compaction replaced swapped for its view: a
