@@ -1,0 +1,98 @@
+"""``/healthz`` and the graceful shutdown, on a real uvicorn process: a stream in flight when
+SIGTERM arrives ends whole, new connections are refused, a drain keeps serving while ``/healthz``
+says so, and a stream that never ends cannot hold the process past its timeout."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+from tests.gateway.ops_server import running
+
+from ctxbudget.gateway.lifecycle import Health, healthz_route
+
+
+@pytest.fixture
+def status_file(tmp_path: Path) -> Path:
+    path = tmp_path / "status.json"
+    path.write_text(json.dumps({"upstream": {"url": "x"}, "conversations": []}), encoding="utf-8")
+    return path
+
+
+def ended_by_signal(code: int) -> bool:
+    """uvicorn re-raises the signal it shut down on once it is done (or exits 0)."""
+    return code in (0, -signal.SIGTERM)
+
+
+def refused(url: str, within: float) -> bool:
+    """True once a new connection to ``url`` is refused (within ``within`` seconds)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url + "/healthz", timeout=0.5)
+        except httpx.TransportError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_healthz_says_ok_then_draining() -> None:
+    health = Health()
+    with TestClient(Starlette(routes=[healthz_route(health)])) as client:
+        ok = client.get("/healthz")
+        health.draining = True
+        draining = client.get("/healthz")
+    assert ok.status_code == 200 and ok.json()["status"] == "ok"
+    assert ok.json()["uptime_s"] >= 0
+    assert draining.status_code == 503 and draining.json() == {"status": "draining"}
+
+
+def test_a_stream_in_flight_ends_whole_after_sigterm(status_file: Path) -> None:
+    with running(status_file) as server:
+        with httpx.stream("GET", server.url + "/stream?n=12&delay=0.15", timeout=20) as reply:
+            lines = reply.iter_lines()
+            first = next(lines)
+            server.stop(signal.SIGTERM)
+            assert refused(server.url, within=1.2)  # the listener closed, the stream goes on
+            rest = list(lines)
+        assert reply.status_code == 200
+        assert [first, *rest] == [f"chunk {i}" for i in range(12)]
+        assert ended_by_signal(server.wait(timeout=15))
+        log = server.log.read_text(encoding="utf-8")
+    assert '"event":"request"' in log  # the stream's own end was logged before the exit
+
+
+def test_a_drain_keeps_serving_while_healthz_says_draining(status_file: Path) -> None:
+    with running(status_file, "--drain", "1.5") as server:
+        assert httpx.get(server.url + "/healthz", timeout=5).status_code == 200
+        stopped = time.monotonic()
+        server.stop(signal.SIGTERM)
+        deadline = time.monotonic() + 1
+        while httpx.get(server.url + "/healthz", timeout=5).status_code == 200:
+            assert time.monotonic() < deadline, "/healthz never said draining"
+            time.sleep(0.05)
+        health = httpx.get(server.url + "/healthz", timeout=5)
+        served = httpx.get(server.url + "/stream?n=2&delay=0", timeout=5)  # still served
+        assert health.status_code == 503 and health.json() == {"status": "draining"}
+        assert served.text == "chunk 0\nchunk 1\n"
+        assert ended_by_signal(server.wait(timeout=15))
+        assert time.monotonic() - stopped >= 1.4  # not before the drain was over
+
+
+def test_a_stream_that_never_ends_is_cut_at_the_shutdown_timeout(status_file: Path) -> None:
+    with running(status_file, "--shutdown-timeout", "1") as server:
+        with httpx.stream("GET", server.url + "/forever", timeout=20) as reply:
+            lines = reply.iter_lines()
+            assert next(lines) == "tick"
+            stopped = time.monotonic()
+            server.stop(signal.SIGTERM)
+            with pytest.raises(httpx.TransportError):  # cut mid-body, not a clean end
+                for _ in lines:
+                    assert time.monotonic() - stopped < 6, "the stream outlived the timeout"
+        assert ended_by_signal(server.wait(timeout=15))
