@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -228,3 +229,31 @@ def test_the_route_serves_the_exposition() -> None:
     assert {name: families[name].type for name in expected} == expected
     floor = [s for s in families["ctxbudget_requests"].samples if s.labels.get("outcome")]
     assert [(s.labels, s.value) for s in floor] == [({"api": "chat", "outcome": "floor"}, 1.0)]
+
+
+def test_a_timer_splits_upstream_time_from_overhead() -> None:
+    m = GatewayMetrics()
+    timer = m.timer("chat")
+    with timer.upstream():
+        time.sleep(0.05)
+    time.sleep(0.03)  # a stream read elsewhere, timed by its reader
+    timer.add_upstream(0.02)
+    first = timer.done("compacted", received=9_000, forwarded=3_000)
+    again = timer.done("ok")  # a stream's finally after the handler's own call
+    assert again is first
+    assert first.upstream_ms >= 70 and first.duration_ms >= 80
+    assert first.overhead_ms == pytest.approx(first.duration_ms - first.upstream_ms)
+    assert first.overhead_ms >= 5  # the 30 ms less what the reader called upstream
+    assert value(m, "ctxbudget_requests_total", api="chat", outcome="compacted") == 1
+    assert value(m, "ctxbudget_requests_total", api="chat", outcome="ok") == 0
+    assert value(m, "ctxbudget_tokens_forwarded_total", api="chat") == 3_000
+    latency = value(m, "ctxbudget_upstream_latency_seconds_sum", api="chat")
+    assert latency == pytest.approx(first.upstream_ms / 1000)
+    assert value(m, "ctxbudget_gateway_overhead_seconds_count", api="chat") == 1
+
+
+def test_a_request_refused_before_the_upstream_has_no_upstream_time() -> None:
+    m = GatewayMetrics()
+    m.timer("chat").done("client_error")
+    assert value(m, "ctxbudget_upstream_latency_seconds_count", api="chat") == 0
+    assert value(m, "ctxbudget_gateway_overhead_seconds_count", api="chat") == 1

@@ -37,10 +37,16 @@ PAYLOADS = [
 ]
 
 
-def status(*conversations: dict[str, Any], **upstream: Any) -> dict[str, Any]:
+def status(*conversations: dict[str, Any], **top: Any) -> dict[str, Any]:
     """A `GatewayStatus` object (the shape the page reads)."""
-    up: dict[str, Any] = {"url": "http://127.0.0.1:8080/v1", "window": 8192, **upstream}
-    return {"upstream": up, "conversations": list(conversations), "generated_at": time.time()}
+    out: dict[str, Any] = {
+        "upstream": "http://127.0.0.1:8080/v1",
+        "window": 8192,
+        "window_source": "--window",
+        "summary_calls": 0,
+        "conversations": list(conversations),
+    }
+    return {**out, **top}
 
 
 def conversation(cid: str, **numbers: Any) -> dict[str, Any]:
@@ -54,11 +60,13 @@ def conversation(cid: str, **numbers: Any) -> dict[str, Any]:
         "threshold_tokens": 6144,
         "requests": 12,
         "overflows": 0,
-        "updated_at": time.time(),
-        "compactions": [],
+        "created": time.time() - 60,
+        "updated": time.time(),
+        "recent_compactions": [],
         "summary": None,
     }
     out.update(numbers)
+    out.setdefault("compactions", len(out["recent_compactions"]))
     return out
 
 
@@ -115,7 +123,8 @@ def test_an_entry_from_a_budget_session() -> None:
     entry = conversation_status("c-1", session, tokens=counter.count(sent).total, api="chat")
     record = session.compactions[-1]
     assert entry["window"] == 2048 and entry["id"] == "c-1"
-    assert entry["compactions"] == [record.to_json()]
+    assert entry.get("recent_compactions") == [record.to_json()]
+    assert entry.get("compactions") == len(session.compactions) == 1
     assert entry["summary"] == session.summaries[-1]  # the handoff text, escaped by the page
     assert "<b>summary</b> of the talk" in session.summaries[-1]
     assert entry.get("floor_tokens") == session.floor_tokens > 0
@@ -202,11 +211,12 @@ return [...document.querySelectorAll('#conversations > article.conv')].map((el) 
   tokens: num(el, '.conv-tokens'), window: num(el, '.conv-window'),
   floor_tokens: num(el, '.conv-floor'), threshold_tokens: num(el, '.conv-threshold'),
   requests: num(el, '.conv-requests'), overflows: num(el, '.conv-overflows'),
+  compactions: num(el, '.conv-compactions'),
   percent: el.querySelector('.conv-percent').textContent,
   segments: [...el.querySelectorAll('.bar .seg')].map((s) => Number(s.dataset.tokens)),
   widths: [...el.querySelectorAll('.bar .seg')].map((s) => s.getBoundingClientRect().width),
   over: el.querySelector('.bar').classList.contains('over'),
-  compactions: [...el.querySelectorAll('.compactions li')].map((li) => li.textContent),
+  recent: [...el.querySelectorAll('.compactions li')].map((li) => li.textContent),
   summary: el.querySelector('.conv-summary').textContent,
 }));
 """
@@ -239,18 +249,20 @@ def test_the_numbers_shown_are_the_status_numbers(browser: Any, served: tuple[st
             threshold_tokens=26_000,
             requests=118,
             overflows=2,
-            compactions=[compaction(t, 31_000 + t, 15_000 + t) for t in (4, 9, 15)],
+            compactions=7,  # more than the recent ones listed
+            recent_compactions=[compaction(t, 31_000 + t, 15_000 + t) for t in (4, 9, 15)],
             summary="The user asked for a refactor; tests pass.",
         ),
         conversation("c-over", tokens=9_000, window=8192, threshold_tokens=None, model=None),
     ]
-    write(status(*convs, model="qwen3-8b", window_source="llama.cpp /props"))
+    write(status(*convs, window_source="llama.cpp /props", summary_calls=5))
     load(browser, url + "/")
     shown = cards(browser)
     assert sorted(shown) == sorted(c["id"] for c in convs)
     for c in convs:
         card = shown[c["id"]]
-        for key in ("tokens", "window", "floor_tokens", "threshold_tokens", "requests"):
+        keys = ("tokens", "window", "floor_tokens", "threshold_tokens", "requests", "compactions")
+        for key in keys:
             assert card[key] == c[key], (c["id"], key)
         assert card["overflows"] == c["overflows"]
         assert card["percent"] == f"{100 * c['tokens'] / c['window']:.1f}%"
@@ -259,13 +271,14 @@ def test_the_numbers_shown_are_the_status_numbers(browser: Any, served: tuple[st
         for part, width in zip(card["segments"], card["widths"], strict=True):
             assert width == pytest.approx(drawn * part / total, abs=1.0)  # pixels
         assert card["over"] == (c["tokens"] > c["window"])
-        assert len(card["compactions"]) == len(c["compactions"])
-        for line, k in zip(card["compactions"], c["compactions"], strict=True):
+        assert len(card["recent"]) == len(c["recent_compactions"])
+        for line, k in zip(card["recent"], c["recent_compactions"], strict=True):
             assert f"turn {k['turn']} · pressure · layered" in line
             assert f"{k['tokens_before']:,} → {k['tokens_after']:,} tokens" in line
         assert card["summary"] == (c["summary"] or "")
     text = browser.execute_script("return document.getElementById('upstream').textContent")
-    assert "http://127.0.0.1:8080/v1" in text and "8,192" in text and "qwen3-8b" in text
+    assert "http://127.0.0.1:8080/v1" in text and "8,192" in text
+    assert "llama.cpp /props" in text and "5 summary calls" in " ".join(text.split())
     count = browser.execute_script(
         "return document.getElementById('conversation-count').textContent"
     )
@@ -293,11 +306,11 @@ def test_hostile_text_from_requests_stays_inert(browser: Any, served: tuple[str,
             model=payload,
             api=payload,
             summary=payload,
-            compactions=[{**compaction(1, 9000, 3000), "strategy": payload}],
+            recent_compactions=[{**compaction(1, 9000, 3000), "strategy": payload}],
         )
         for payload in PAYLOADS
     ]
-    write(status(*convs, url=PAYLOADS[2], model=PAYLOADS[0], window_source=PAYLOADS[1]))
+    write(status(*convs, upstream=PAYLOADS[2], window_source=PAYLOADS[1]))
     load(browser, url + "/")
     after_next_render(browser)  # drawn at least twice: a payload had its chance to run
     assert browser.execute_script("return window.__pwned") is None
@@ -311,7 +324,7 @@ def test_hostile_text_from_requests_stays_inert(browser: Any, served: tuple[str,
     for payload, card in shown.items():
         assert card["model"] == payload and card["summary"] == payload
         assert card["data_id"] == payload
-        assert payload in card["compactions"][0]
+        assert payload in card["recent"][0]
     upstream = browser.execute_script("return document.getElementById('upstream-url').textContent")
     assert upstream == PAYLOADS[2]
 

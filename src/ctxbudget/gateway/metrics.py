@@ -36,6 +36,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Final
 
 from prometheus_client import (
@@ -55,6 +56,8 @@ __all__ = [
     "OUTCOMES",
     "OVERHEAD_BUCKETS",
     "GatewayMetrics",
+    "RequestTimer",
+    "Timing",
     "chain_sinks",
     "metrics_route",
 ]
@@ -201,6 +204,10 @@ class GatewayMetrics:
         finally:
             self.upstream_seconds(api, time.perf_counter() - start)
 
+    def timer(self, api: str) -> RequestTimer:
+        """A clock for one request of ``api``, started now (see `RequestTimer`)."""
+        return RequestTimer(self, api)
+
     def set_conversations(self, count: int) -> None:
         """The number of conversations tracked now (when no callable was given)."""
         self.conversations.set(count)
@@ -247,6 +254,67 @@ class GatewayMetrics:
     async def endpoint(self, request: Request) -> Response:
         """The ``GET /metrics`` handler."""
         return Response(self.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """One request's times in milliseconds, as `RequestTimer.done` observed them (for its log
+    line)."""
+
+    duration_ms: float
+    upstream_ms: float
+    overhead_ms: float
+
+
+class RequestTimer:
+    """One request's clock. The time spent in `upstream` blocks (the forwarded request, its
+    retry; a streamed reply until its end) is upstream latency, the rest of the request's time
+    is the gateway's overhead (parsing, counting, compacting: a summary call is overhead).
+    `done` observes both and counts the request, once."""
+
+    def __init__(self, metrics: GatewayMetrics, api: str) -> None:
+        self.metrics = metrics
+        self.api = api
+        self.started = time.perf_counter()
+        self.upstream_s = 0.0
+        self.timing: Timing | None = None
+        """Set by the first `done`."""
+
+    @contextmanager
+    def upstream(self) -> Iterator[None]:
+        """Count the block's duration as upstream time (also when it raises)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.upstream_s += time.perf_counter() - start
+
+    def add_upstream(self, seconds: float) -> None:
+        """Upstream time measured elsewhere (a stream's read, from its opening to its end)."""
+        self.upstream_s += max(0.0, seconds)
+
+    def done(
+        self, outcome: str, *, received: int | None = None, forwarded: int | None = None
+    ) -> Timing:
+        """The request ended with ``outcome``: count it, its tokens (when counted) and its
+        times. A second call changes nothing and returns the first timing."""
+        if self.timing is not None:
+            return self.timing
+        total = time.perf_counter() - self.started
+        overhead = max(0.0, total - self.upstream_s)
+        m = self.metrics
+        m.request(self.api, outcome)
+        if received is not None and forwarded is not None:
+            m.tokens(self.api, received=received, forwarded=forwarded)
+        if self.upstream_s > 0:
+            m.upstream_seconds(self.api, self.upstream_s)
+        m.overhead_seconds(self.api, overhead)
+        self.timing = Timing(
+            duration_ms=1000 * total,
+            upstream_ms=1000 * self.upstream_s,
+            overhead_ms=1000 * overhead,
+        )
+        return self.timing
 
 
 def metrics_route(metrics: GatewayMetrics, path: str = "/metrics") -> Route:

@@ -61,8 +61,9 @@
     setText(node, ".conv-floor", fmt(c.floor_tokens));
     setText(node, ".conv-threshold", fmt(c.threshold_tokens));
     setText(node, ".conv-requests", fmt(c.requests));
+    setText(node, ".conv-compactions", fmt(c.compactions));
     setText(node, ".conv-overflows", fmt(c.overflows));
-    setText(node, ".conv-updated", clock(c.updated_at));
+    setText(node, ".conv-updated", clock(c.updated));
     const parts = barParts(c);
     const total = Math.max(1, parts.reduce((a, b) => a + b, 0));
     const bar = node.querySelector(".bar");
@@ -73,7 +74,7 @@
     bar.classList.toggle("over", c.tokens > c.window);
     bar.setAttribute("aria-label", fmt(c.tokens) + " of " + fmt(c.window) + " tokens");
     const list = node.querySelector(".compactions");
-    for (const k of Array.isArray(c.compactions) ? c.compactions : []) {
+    for (const k of Array.isArray(c.recent_compactions) ? c.recent_compactions : []) {
       const item = document.createElement("li");
       item.textContent = compactionLine(k);
       list.appendChild(item);
@@ -86,14 +87,12 @@
   }
 
   function draw(status) {
-    const up = status.upstream || {};
-    $("upstream-url").textContent = text(up.url) || "-";
-    $("upstream-model").textContent = text(up.model) || "-";
-    $("upstream-window").textContent = fmt(up.window);
-    $("upstream-window-source").textContent = up.window_source ? "(" + text(up.window_source) + ")" : "";
+    $("upstream-url").textContent = text(status.upstream) || "-";
+    $("upstream-window").textContent = fmt(status.window);
+    $("upstream-window-source").textContent = status.window_source ? "(" + text(status.window_source) + ")" : "";
+    $("summary-calls").textContent = fmt(status.summary_calls);
     const conversations = (Array.isArray(status.conversations) ? status.conversations : [])
       .filter((c) => c && isNum(c.window) && isNum(c.tokens));
-    conversations.sort((a, b) => (isNum(b.updated_at) ? b.updated_at : 0) - (isNum(a.updated_at) ? a.updated_at : 0));
     $("conversation-count").textContent = fmt(conversations.length);
     const main = $("conversations");
     main.replaceChildren(...conversations.slice(0, MAX_SHOWN).map(drawConversation));

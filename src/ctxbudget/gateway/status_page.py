@@ -10,21 +10,24 @@ slip would not run injected code. When the status endpoint asks for a key (401/4
 for it once and sends it as ``Authorization: Bearer``; the key stays in the tab's
 ``sessionStorage`` (a ``#key=...`` fragment also works: fragments never reach the server or logs).
 
-The status JSON the page reads (`GatewayStatus`)::
+The status JSON the page reads (`GatewayStatus`; ``GET /ctxbudget/status`` of `app` serves it)::
 
     {
-      "upstream": {"url": "http://127.0.0.1:8080", "window": 8192,
-                   "window_source": "llama.cpp /props", "model": "qwen3"},
-      "generated_at": 1733300000.0,
-      "conversations": [
+      "upstream": "http://127.0.0.1:8080/v1",   # as the gateway shows it (no key)
+      "window": 8192, "window_source": "llama.cpp /props",
+      "summary_calls": 3,
+      "conversations": [                        # most recent first
         {
-          "id": "c-1f2e...", "api": "chat", "model": "qwen3",
+          "id": "b3cc16a8...", "api": "chat", "requests": 12,
           "window": 8192,            # the window in force for this conversation
           "tokens": 5012,            # the last request forwarded, as counted
+          "overflows": 0, "compactions": 3, "summaries": 2,
+          "created": 1733299000.0, "updated": 1733299990.0,
+          # optional, drawn when present (`conversation_status` gives them all):
+          "model": "qwen3",
           "floor_tokens": 1200,      # system prompt + tools
           "threshold_tokens": 6144,  # the line over which the next request is compacted
-          "requests": 12, "overflows": 0, "updated_at": 1733299990.0,
-          "compactions": [           # the most recent last (a few only)
+          "recent_compactions": [    # the most recent last (a few only)
             {"turn": 3, "trigger": "context_pressure", "strategy": "layered",
              "messages_before": 40, "messages_after": 9,
              "tokens_before": 6500, "tokens_after": 2100}
@@ -34,10 +37,9 @@ The status JSON the page reads (`GatewayStatus`)::
       ]
     }
 
-``upstream.window``, ``upstream.window_source``, ``upstream.model``, ``generated_at``,
-``model``, ``api``, ``floor_tokens``, ``threshold_tokens``, ``requests``, ``overflows``,
-``updated_at``, ``compactions`` and ``summary`` may be absent or null; the page draws what there
-is. `conversation_status` builds one entry from a `BudgetSession`.
+Only ``upstream``, ``conversations`` and each conversation's ``id``, ``window`` and ``tokens``
+are needed; the page draws whatever else there is. `conversation_status` builds one entry from a
+`BudgetSession`, with every field.
 """
 
 from __future__ import annotations
@@ -62,7 +64,6 @@ __all__ = [
     "CompactionStatus",
     "ConversationStatus",
     "GatewayStatus",
-    "UpstreamStatus",
     "conversation_status",
     "render_status_page",
     "status_page_route",
@@ -72,15 +73,6 @@ RECENT_COMPACTIONS = 5
 """How many of a conversation's compactions the status lists (the most recent)."""
 SUMMARY_CHARS = 2_000
 """A summary is cut to this many characters in the status (the page is an overview)."""
-
-
-class UpstreamStatus(TypedDict):
-    """The upstream the gateway forwards to."""
-
-    url: str
-    window: NotRequired[int | None]
-    window_source: NotRequired[str | None]
-    model: NotRequired[str | None]
 
 
 class CompactionStatus(TypedDict):
@@ -102,22 +94,27 @@ class ConversationStatus(TypedDict):
     window: int
     tokens: int
     api: NotRequired[str | None]
+    requests: NotRequired[int | None]
+    overflows: NotRequired[int | None]
+    compactions: NotRequired[int | None]
+    summaries: NotRequired[int | None]
+    created: NotRequired[float | None]
+    updated: NotRequired[float | None]
     model: NotRequired[str | None]
     floor_tokens: NotRequired[int | None]
     threshold_tokens: NotRequired[int | None]
-    requests: NotRequired[int | None]
-    overflows: NotRequired[int | None]
-    updated_at: NotRequired[float | None]
-    compactions: NotRequired[list[CompactionStatus]]
+    recent_compactions: NotRequired[list[CompactionStatus]]
     summary: NotRequired[str | None]
 
 
 class GatewayStatus(TypedDict):
     """The whole ``GET /ctxbudget/status`` object."""
 
-    upstream: UpstreamStatus
+    upstream: str
     conversations: list[ConversationStatus]
-    generated_at: NotRequired[float]
+    window: NotRequired[int | None]
+    window_source: NotRequired[str | None]
+    summary_calls: NotRequired[int | None]
 
 
 def conversation_status(
@@ -128,7 +125,8 @@ def conversation_status(
     api: str | None = None,
     model: str | None = None,
     requests: int | None = None,
-    updated_at: float | None = None,
+    created: float | None = None,
+    updated: float | None = None,
 ) -> ConversationStatus:
     """One conversation's status entry from its `BudgetSession` (``tokens``: its last
     forwarded request as counted; the session keeps only the largest)."""
@@ -144,15 +142,18 @@ def conversation_status(
     return {
         "id": conversation_id,
         "api": api,
-        "model": model,
+        "requests": requests,
         "window": state.window,
         "tokens": tokens,
+        "overflows": state.overflows,
+        "compactions": len(state.compactions),
+        "summaries": len(state.summaries),
+        "created": created,
+        "updated": updated,
+        "model": model,
         "floor_tokens": session.floor_tokens,
         "threshold_tokens": max(0, min(threshold, state.window)),
-        "requests": requests,
-        "overflows": state.overflows,
-        "updated_at": updated_at,
-        "compactions": [_compaction(c.to_json()) for c in recent],
+        "recent_compactions": [_compaction(c.to_json()) for c in recent],
         "summary": summary,
     }
 
