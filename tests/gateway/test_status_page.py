@@ -345,3 +345,85 @@ def test_a_status_behind_a_key_asks_for_it(browser: Any, tmp_path: Path) -> None
         browser.refresh()  # a fragment change alone does not reload the page
         wait_for(browser, lambda: "c-keyed" in cards(browser), "the keyed status")
         assert "s3cret" not in browser.current_url  # taken out of the address bar
+
+
+# -- the real gateway, with the operator's routes mounted -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`create_app` on the embedded mock model (window 2,048) with `ops_routes` mounted, served
+    by uvicorn on a loopback port (in a thread of this process)."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    from ctxbudget.gateway.app import create_app
+    from ctxbudget.gateway.config import GatewayConfig
+    from ctxbudget.gateway.lifecycle import Health, mount_ops, ops_routes
+    from ctxbudget.gateway.metrics import GatewayMetrics
+
+    folder = tmp_path_factory.mktemp("gateway")
+    config = GatewayConfig(
+        upstream="mock", window=2048, tokenizer="qwen3", state=folder / "state.sqlite3"
+    )
+    app = create_app(config)
+    mount_ops(app, ops_routes(GatewayMetrics(), Health(), refresh_ms=500))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
+
+
+def chat(url: str, topic: str, turns: int) -> list[str]:
+    """A conversation of ``turns`` long user turns through the gateway; its compacted flags."""
+    import httpx
+
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
+    flags = []
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for turn in range(turns):
+            messages.append({"role": "user", "content": f"{topic} {turn}: " + "word " * 80})
+            reply = client.post("/v1/chat/completions", json={"model": "m", "messages": messages})
+            assert reply.status_code == 200, reply.text
+            flags.append(reply.headers["x-ctxbudget-compacted"])
+            messages.append(reply.json()["choices"][0]["message"])
+    return flags
+
+
+@pytest.mark.browser
+def test_the_page_draws_the_real_gateway_status(browser: Any, gateway_url: str) -> None:
+    import httpx
+
+    assert "1" in chat(gateway_url, "gardening", 22)  # the gateway compacted on the way
+    chat(gateway_url, "sailing", 3)
+    truth = httpx.get(gateway_url + "/ctxbudget/status", timeout=10).json()
+    assert len(truth["conversations"]) == 2
+    load(browser, gateway_url + "/")
+    shown = cards(browser)
+    assert sorted(shown) == sorted(c["id"] for c in truth["conversations"])
+    for c in truth["conversations"]:
+        card = shown[c["id"]]
+        for key in ("tokens", "window", "requests", "compactions", "overflows"):
+            assert card[key] == c[key], (c["id"], key)
+        assert card["percent"] == f"{100 * c['tokens'] / c['window']:.1f}%"
+    assert any(c["compactions"] >= 1 for c in truth["conversations"])
+    window = browser.execute_script("return document.getElementById('upstream-window').textContent")
+    assert window == f"{truth['window']:,}"
+    health = httpx.get(gateway_url + "/healthz", timeout=10)
+    assert health.json()["status"] == "ok"
+    metrics = httpx.get(gateway_url + "/metrics", timeout=10)
+    assert metrics.status_code == 200 and "ctxbudget_requests_total" in metrics.text

@@ -21,18 +21,23 @@ from types import FrameType
 from typing import Any, Final
 
 import uvicorn
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from ctxbudget.gateway.logs import uvicorn_log_config
+from ctxbudget.gateway.metrics import GatewayMetrics, metrics_route
+from ctxbudget.gateway.status_page import status_page_route
 
 __all__ = [
     "DEFAULT_SHUTDOWN_TIMEOUT",
     "GracefulServer",
     "Health",
     "healthz_route",
+    "mount_ops",
+    "ops_routes",
     "server_config",
 ]
 
@@ -61,6 +66,28 @@ def healthz_route(health: Health, path: str = "/healthz") -> Route:
         return JSONResponse({"status": "ok", "uptime_s": uptime})
 
     return Route(path, healthz, methods=["GET"], name="healthz")
+
+
+def ops_routes(
+    metrics: GatewayMetrics,
+    health: Health,
+    *,
+    status_path: str = "/ctxbudget/status",
+    refresh_ms: int = 2_000,
+) -> list[Route]:
+    """The operator's routes: ``GET /`` (the status page, reading ``status_path``),
+    ``GET /metrics`` and ``GET /healthz``. None of them asks for a key: the page holds no data
+    (its script sends the key to ``status_path``), the metrics no request text."""
+    return [
+        status_page_route("/", status_path=status_path, refresh_ms=refresh_ms),
+        metrics_route(metrics),
+        healthz_route(health),
+    ]
+
+
+def mount_ops(app: Starlette, routes: list[Route]) -> None:
+    """Put ``routes`` first in ``app``'s routes, ahead of a catch-all passthrough route."""
+    app.router.routes[0:0] = routes
 
 
 def server_config(
