@@ -1,5 +1,6 @@
 """A small gateway-shaped server for the operations tests, run as a real uvicorn process:
-the status page, a status JSON read from a file, /metrics, /healthz and streaming routes.
+the status page, a status JSON read from a file, /metrics, /healthz and streaming routes; with
+``--upstream URL``, the real gateway with those routes mounted.
 
 ``python tests/gateway/ops_server.py --status FILE [--key KEY] [--drain S] [--shutdown-timeout S]
 [--log-format json]`` prints ``port N`` once it listens on a free loopback port.
@@ -72,17 +73,36 @@ def build_app(status_file: Path, key: str | None, health: Health) -> Starlette:
     )
 
 
+def gateway_app(upstream: str, folder: Path, health: Health) -> Starlette:
+    """The real gateway (`create_app`) in front of ``upstream``, the operator's routes mounted
+    as the gateway mounts them."""
+    from ctxbudget.gateway.app import create_app
+    from ctxbudget.gateway.config import GatewayConfig
+    from ctxbudget.gateway.lifecycle import mount_ops, ops_routes
+
+    config = GatewayConfig(
+        upstream=upstream, window=8192, tokenizer="qwen3", state=folder / "state.sqlite3"
+    )
+    app = create_app(config)
+    mount_ops(app, ops_routes(GatewayMetrics(), health))
+    return app
+
+
 def main() -> None:
     """Listen on a free loopback port, say which, serve until a signal."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--status", type=Path, required=True)
+    parser.add_argument("--upstream", help="serve the real gateway in front of this URL")
     parser.add_argument("--key")
     parser.add_argument("--drain", type=float, default=0.0)
     parser.add_argument("--shutdown-timeout", type=int, default=30)
     parser.add_argument("--log-format", default="json")
     args = parser.parse_args()
     health = Health()
-    app = build_app(args.status, args.key, health)
+    if args.upstream:
+        app = gateway_app(args.upstream, args.status.parent, health)
+    else:
+        app = build_app(args.status, args.key, health)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)  # connections made before uvicorn runs wait in the backlog

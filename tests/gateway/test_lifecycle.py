@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -96,3 +97,70 @@ def test_a_stream_that_never_ends_is_cut_at_the_shutdown_timeout(status_file: Pa
                 for _ in lines:
                     assert time.monotonic() - stopped < 6, "the stream outlived the timeout"
         assert ended_by_signal(server.wait(timeout=15))
+
+
+# -- the real gateway: a streamed chat completion in flight when SIGTERM arrives ------------
+
+
+SLOW_EVENTS = 12
+
+
+@pytest.fixture
+def slow_upstream() -> Iterator[str]:
+    """An OpenAI-compatible upstream on a loopback port whose streamed reply takes ~1.8 s."""
+    import asyncio
+    import socket
+    import threading
+
+    import uvicorn
+    from starlette.requests import Request
+    from starlette.responses import Response, StreamingResponse
+    from starlette.routing import Route
+
+    async def chat(request: Request) -> Response:
+        async def events() -> AsyncIterator[bytes]:
+            for i in range(SLOW_EVENTS):
+                delta = {"choices": [{"index": 0, "delta": {"content": f"part {i} "}}]}
+                yield b"data: " + json.dumps(delta).encode() + b"\n\n"
+                await asyncio.sleep(0.15)
+            done = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+            yield b"data: " + json.dumps(done).encode() + b"\n\n"
+            usage = {"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 12}}
+            yield b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
+
+
+@pytest.mark.reliability  # ~7 s: the gateway process loads its counter first
+def test_the_gateway_finishes_a_streamed_reply_after_sigterm(
+    status_file: Path, slow_upstream: str
+) -> None:
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hello"}]}
+    with running(status_file, "--upstream", slow_upstream) as server:
+        with httpx.stream(
+            "POST", server.url + "/v1/chat/completions", json=body, timeout=30
+        ) as reply:
+            data = (line for line in reply.iter_lines() if line.startswith("data: "))
+            first = next(data)
+            server.stop(signal.SIGTERM)
+            rest = list(data)
+        assert reply.status_code == 200 and reply.headers["x-ctxbudget-window"] == "8192"
+        events = [first, *rest]
+        parts = [e for e in events if '"content"' in e]
+        assert len(parts) == SLOW_EVENTS and events[-1] == "data: [DONE]"
+        assert ended_by_signal(server.wait(timeout=15))
+        assert refused(server.url, within=1)
