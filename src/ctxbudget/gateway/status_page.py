@@ -46,11 +46,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import re
-from collections.abc import Mapping
 from html import escape
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -58,6 +56,7 @@ from starlette.routing import Route
 
 if TYPE_CHECKING:
     from ctxbudget.agent.budget_session import BudgetSession
+    from ctxbudget.agent.events import CompactionRecord
 
 __all__ = [
     "RECENT_COMPACTIONS",
@@ -153,20 +152,20 @@ def conversation_status(
         "model": model,
         "floor_tokens": session.floor_tokens,
         "threshold_tokens": max(0, min(threshold, state.window)),
-        "recent_compactions": [_compaction(c.to_json()) for c in recent],
+        "recent_compactions": [_compaction(c) for c in recent],
         "summary": summary,
     }
 
 
-def _compaction(record: Mapping[str, Any]) -> CompactionStatus:
+def _compaction(record: CompactionRecord) -> CompactionStatus:
     return {
-        "turn": int(record["turn"]),
-        "trigger": record["trigger"],
-        "strategy": str(record["strategy"]),
-        "messages_before": int(record["messages_before"]),
-        "messages_after": int(record["messages_after"]),
-        "tokens_before": int(record["tokens_before"]),
-        "tokens_after": int(record["tokens_after"]),
+        "turn": record.turn,
+        "trigger": record.trigger,
+        "strategy": record.strategy,
+        "messages_before": record.messages_before,
+        "messages_after": record.messages_after,
+        "tokens_before": record.tokens_before,
+        "tokens_after": record.tokens_after,
     }
 
 
@@ -181,15 +180,11 @@ def _sha256(text: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode()
 
 
-class _Page:
-    """The rendered page and its Content-Security-Policy (hashes of its own script and style)."""
-
-    def __init__(self, html: str, policy: str) -> None:
-        self.html = html
-        self.policy = policy
-
-
-def _build(status_path: str, refresh_ms: int) -> _Page:
+def render_status_page(
+    status_path: str = "/ctxbudget/status", *, refresh_ms: int = 2_000
+) -> tuple[str, str]:
+    """The page (HTML) reading ``status_path`` every ``refresh_ms`` milliseconds, and the
+    Content-Security-Policy to serve it with (its own script and style, by hash)."""
     script = _asset("status_page.js")
     style = _asset("status_page.css")
     for asset, closing in ((script, "</script"), (style, "</style")):
@@ -199,26 +194,17 @@ def _build(status_path: str, refresh_ms: int) -> _Page:
     page = page.replace("__STATUS_URL__", escape(status_path, quote=True))
     page = page.replace("__REFRESH_MS__", str(int(refresh_ms)))
     page = page.replace("/*__STYLE__*/", style).replace("/*__SCRIPT__*/", script)
-    # The hashes cover exactly what sits between the tags.
-    inline_script = re.search(r"<script>(.*?)</script>", page, re.S)
-    inline_style = re.search(r"<style>(.*?)</style>", page, re.S)
-    assert inline_script is not None and inline_style is not None
+    # A hash covers exactly what sits between the tags (the page has one of each).
+    inline_script = page.split("<script>", 1)[1].split("</script>", 1)[0]
+    inline_style = page.split("<style>", 1)[1].split("</style>", 1)[0]
     policy = (
         "default-src 'none'; "
-        f"script-src '{_sha256(inline_script.group(1))}'; "
-        f"style-src '{_sha256(inline_style.group(1))}'; "
+        f"script-src '{_sha256(inline_script)}'; "
+        f"style-src '{_sha256(inline_style)}'; "
         "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; "
         "frame-ancestors 'none'"
     )
-    return _Page(page, policy)
-
-
-def render_status_page(
-    status_path: str = "/ctxbudget/status", *, refresh_ms: int = 2_000
-) -> tuple[str, str]:
-    """The page (HTML) and the Content-Security-Policy to serve it with."""
-    page = _build(status_path, refresh_ms)
-    return page.html, page.policy
+    return page, policy
 
 
 def status_page_route(
@@ -226,15 +212,15 @@ def status_page_route(
 ) -> Route:
     """The Starlette route serving the page at ``path``; it reads ``status_path`` every
     ``refresh_ms`` milliseconds. The page holds no data, so it may be served without a key."""
-    page = _build(status_path, refresh_ms)
+    html, policy = render_status_page(status_path, refresh_ms=refresh_ms)
     headers = {
-        "Content-Security-Policy": page.policy,
+        "Content-Security-Policy": policy,
         "X-Content-Type-Options": "nosniff",
         "Referrer-Policy": "no-referrer",
         "Cache-Control": "no-store",
     }
 
     async def status_page(request: Request) -> Response:
-        return HTMLResponse(page.html, headers=headers)
+        return HTMLResponse(html, headers=headers)
 
     return Route(path, status_page, methods=["GET"], name="status_page")
