@@ -65,7 +65,7 @@ __all__ = [
 OUTCOMES: Final = frozenset(
     {
         "ok",  # answered, nothing changed
-        "compacted",  # answered after a compaction (pressure or overflow recovery)
+        "compacted",  # forwarded compacted: compacted now, or an earlier compaction's view
         "passthrough",  # forwarded unguarded (a path or body the gateway does not read)
         "client_error",  # refused before the upstream: bad JSON, too large, too deep, no key
         "floor",  # system + tools + reply room exceed the window: nothing could fit
@@ -267,31 +267,38 @@ class Timing:
 
 
 class RequestTimer:
-    """One request's clock. The time spent in `upstream` blocks (the forwarded request, its
-    retry; a streamed reply until its end) is upstream latency, the rest of the request's time
-    is the gateway's overhead (parsing, counting, compacting: a summary call is overhead).
-    `done` observes both and counts the request, once."""
+    """One request's clock. The time spent upstream (`upstream` blocks, or `begin_upstream` to
+    `end_upstream` for a stream: the forwarded request, its retry) is upstream latency, the rest
+    of the request's time is the gateway's overhead (parsing, counting, compacting: a summary
+    call is overhead). `done` observes both and counts the request, once."""
 
     def __init__(self, metrics: GatewayMetrics, api: str) -> None:
         self.metrics = metrics
         self.api = api
         self.started = time.perf_counter()
         self.upstream_s = 0.0
+        self._upstream_since: float | None = None
         self.timing: Timing | None = None
         """Set by the first `done`."""
 
     @contextmanager
     def upstream(self) -> Iterator[None]:
         """Count the block's duration as upstream time (also when it raises)."""
-        start = time.perf_counter()
+        self.begin_upstream()
         try:
             yield
         finally:
-            self.upstream_s += time.perf_counter() - start
+            self.end_upstream()
 
-    def add_upstream(self, seconds: float) -> None:
-        """Upstream time measured elsewhere (a stream's read, from its opening to its end)."""
-        self.upstream_s += max(0.0, seconds)
+    def begin_upstream(self) -> None:
+        """Upstream time starts now (a stream: where it is opened; `end_upstream` at its end)."""
+        self._upstream_since = time.perf_counter()
+
+    def end_upstream(self) -> None:
+        """Upstream time since `begin_upstream` ends now (nothing when none began)."""
+        if self._upstream_since is not None:
+            self.upstream_s += time.perf_counter() - self._upstream_since
+            self._upstream_since = None
 
     def done(
         self, outcome: str, *, received: int | None = None, forwarded: int | None = None
@@ -300,6 +307,7 @@ class RequestTimer:
         times. A second call changes nothing and returns the first timing."""
         if self.timing is not None:
             return self.timing
+        self.end_upstream()  # an upstream call that raised before its end
         total = time.perf_counter() - self.started
         overhead = max(0.0, total - self.upstream_s)
         m = self.metrics
