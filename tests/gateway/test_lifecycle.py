@@ -56,25 +56,27 @@ def test_healthz_says_ok_then_draining() -> None:
 
 def test_a_stream_in_flight_ends_whole_after_sigterm(status_file: Path) -> None:
     with running(status_file) as server:
-        with httpx.stream("GET", server.url + "/stream?n=12&delay=0.15", timeout=20) as reply:
+        with httpx.stream("GET", server.url + "/stream?n=20&delay=0.15", timeout=20) as reply:
             lines = reply.iter_lines()
             first = next(lines)
             server.stop(signal.SIGTERM)
-            assert refused(server.url, within=1.2)  # the listener closed, the stream goes on
+            # The listener closes long before the stream's 3 s are over; the stream goes on.
+            assert refused(server.url, within=2)
+            assert server.process.poll() is None
             rest = list(lines)
         assert reply.status_code == 200
-        assert [first, *rest] == [f"chunk {i}" for i in range(12)]
+        assert [first, *rest] == [f"chunk {i}" for i in range(20)]
         assert ended_by_signal(server.wait(timeout=15))
         log = server.log.read_text(encoding="utf-8")
     assert '"event":"request"' in log  # the stream's own end was logged before the exit
 
 
 def test_a_drain_keeps_serving_while_healthz_says_draining(status_file: Path) -> None:
-    with running(status_file, "--drain", "1.5") as server:
+    with running(status_file, "--drain", "2.5") as server:
         assert httpx.get(server.url + "/healthz", timeout=5).status_code == 200
         stopped = time.monotonic()
         server.stop(signal.SIGTERM)
-        deadline = time.monotonic() + 1
+        deadline = time.monotonic() + 1.5
         while httpx.get(server.url + "/healthz", timeout=5).status_code == 200:
             assert time.monotonic() < deadline, "/healthz never said draining"
             time.sleep(0.05)
@@ -83,7 +85,7 @@ def test_a_drain_keeps_serving_while_healthz_says_draining(status_file: Path) ->
         assert health.status_code == 503 and health.json() == {"status": "draining"}
         assert served.text == "chunk 0\nchunk 1\n"
         assert ended_by_signal(server.wait(timeout=15))
-        assert time.monotonic() - stopped >= 1.4  # not before the drain was over
+        assert time.monotonic() - stopped >= 2.4  # not before the drain was over
 
 
 def test_a_stream_that_never_ends_is_cut_at_the_shutdown_timeout(status_file: Path) -> None:
