@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import os
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -21,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["serve_command"]
 
 SERVE_EXTRA = "pip install 'ctxbudget[serve]'"
-_SERVE_PACKAGES = ("starlette", "uvicorn", "httpx", "orjson")
+_SERVE_PACKAGES = ("starlette", "uvicorn", "httpx", "orjson", "prometheus_client")
 
 
 @click.command("serve")
@@ -54,9 +52,9 @@ _SERVE_PACKAGES = ("starlette", "uvicorn", "httpx", "orjson")
 @click.option("--port", type=click.IntRange(1, 65535), default=8788, show_default=True)
 @click.option(
     "--state",
-    type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="The SQLite state file (created 0600). Default: state.sqlite3 in the user cache folder.",
+    help="Where conversations' state lives: a SQLite file (created 0600), or redis://HOST:PORT/DB "
+    "shared by several gateway instances. Default: state.sqlite3 in the user cache folder.",
 )
 @click.option(
     "--api-key-env",
@@ -75,6 +73,33 @@ _SERVE_PACKAGES = ("starlette", "uvicorn", "httpx", "orjson")
     default=None,
     help="The model that writes compaction summaries. Default: the model each request names.",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="One log line per request, as text or as JSON.",
+)
+@click.option(
+    "--log-messages",
+    is_flag=True,
+    help="Also log the conversation forwarded (off: logs carry numbers, never message text).",
+)
+@click.option(
+    "--shutdown-timeout",
+    type=click.IntRange(0, 3600),
+    default=30,
+    show_default=True,
+    help="On SIGTERM, seconds in-flight streams get to finish.",
+)
+@click.option(
+    "--drain",
+    type=click.FloatRange(0, 3600),
+    default=0.0,
+    show_default=True,
+    help="On SIGTERM, seconds /healthz answers 503 (draining) while requests are still served, "
+    "so a load balancer stops sending new ones first.",
+)
 def serve_command(
     upstream: str,
     window: int | None,
@@ -84,10 +109,14 @@ def serve_command(
     max_output: int | None,
     host: str,
     port: int,
-    state: Path | None,
+    state: str | None,
     api_key_env: str | None,
     upstream_key_env: str | None,
     summary_model: str | None,
+    log_format: str,
+    log_messages: bool,
+    shutdown_timeout: int,
+    drain: float,
 ) -> None:
     """Serve the OpenAI Chat Completions API in front of a model server, keeping every
     conversation inside its window.
@@ -101,6 +130,10 @@ def serve_command(
     """
     _check_extra()
     from ctxbudget.gateway.config import MOCK_UPSTREAM, GatewayConfig
+    from ctxbudget.gateway.logs import configure_logging
+
+    # Before anything is said: with --log-format json every line on stderr is JSON.
+    configure_logging(log_format, log_messages=log_messages)
 
     if upstream != MOCK_UPSTREAM:
         from ctxbudget.providers.endpoint import checked_url
@@ -127,10 +160,11 @@ def serve_command(
         client_key=client_key,
         upstream_key=_key_from_env(upstream_key_env, "--upstream-key-env"),
         summary_model=summary_model,
+        log_messages=log_messages,
     )
     if config.window is None and not config.is_mock:
         config = _discovered(config)
-    _run(config)
+    _run(config, log_format=log_format, shutdown_timeout=shutdown_timeout, drain=drain)
 
 
 def _check_extra() -> None:
@@ -182,31 +216,39 @@ def _discovered(config: GatewayConfig) -> GatewayConfig:
             "/props, vLLM's /v1/models, LM Studio's /api/v0/models or Ollama's /api/ps; "
             "pass --window N"
         )
-    click.echo(f"ctxbudget serve: window {found[0]:,} tokens ({found[1]})", err=True)
+    _say(f"ctxbudget serve: window {found[0]:,} tokens ({found[1]})")
     return dataclasses.replace(config, window=found[0])
 
 
-def _run(config: GatewayConfig) -> None:
+def _run(config: GatewayConfig, *, log_format: str, shutdown_timeout: int, drain: float) -> None:
     # uvicorn: the ASGI server the Starlette ecosystem runs on; pure Python with h11 (nothing to
     # compile), streams responses as they are yielded, and notices a client that went away
     # (the stream's generator is cancelled and the upstream reply closed).
-    import uvicorn
-
     from ctxbudget.gateway.app import create_app
+    from ctxbudget.gateway.lifecycle import GracefulServer, server_config
 
     app = create_app(config)
     where = "the embedded mock model" if config.is_mock else config.upstream
-    click.echo(
+    _say(
         f"ctxbudget serve: http://{config.host}:{config.port}/v1 -> {where}"
-        f" (window {app.state.gateway.window or 'from the server'})",
-        err=True,
+        f" (window {app.state.gateway.window or 'from the server'})"
     )
-    sys.stderr.flush()
-    uvicorn.run(
+    server_settings = server_config(
         app,
         host=config.host,
         port=config.port,
-        log_level="warning",
-        access_log=False,
+        log_format=log_format,
+        log_messages=config.log_messages,
+        shutdown_timeout_s=shutdown_timeout,
         lifespan="on",
     )
+    GracefulServer(server_settings, health=app.state.gateway.health, drain_s=drain).run()
+
+
+def _say(line: str) -> None:
+    """A start-up line, through the gateway's log (JSON with --log-format json)."""
+    import logging
+
+    from ctxbudget.gateway.logs import GATEWAY_LOGGER
+
+    logging.getLogger(GATEWAY_LOGGER).info(line)
