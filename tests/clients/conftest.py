@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 from tests.gateway.scripted_upstream import ScriptedUpstream, write_task_files
 
@@ -46,3 +53,74 @@ def upstream_for(task_dir: Path) -> Iterator[dict[str, ScriptedUpstream]]:
     yield Lazy()
     for up in started.values():
         up.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Gateway:
+    """A running ``ctxbudget serve`` subprocess: its base URL and its log."""
+
+    url: str
+    log: Path
+    process: subprocess.Popen[bytes]
+
+    def log_tail(self) -> str:
+        """The end of the gateway's output, for an assertion message."""
+        text = self.log.read_text(encoding="utf-8", errors="replace")
+        return f"--- gateway log ---\n{text[-4000:]}"
+
+
+@contextmanager
+def serve(upstream: str, tmp: Path, *extra: str) -> Iterator[Gateway]:
+    """Run ``ctxbudget serve --upstream UPSTREAM`` on a free loopback port until the block ends.
+
+    The window is not given: the gateway discovers it from the upstream (``/props``).
+    """
+    port = _free_port()
+    log = tmp / f"gateway-{port}.log"
+    argv = [
+        sys.executable,
+        "-c",
+        "from ctxbudget.cli.main import main; main()",
+        "serve",
+        "--upstream",
+        upstream,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--state",
+        str(tmp / "gateway-state.sqlite3"),
+        "--tokenizer",
+        "o200k_base",
+        *extra,
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tmp)
+    gateway = Gateway(f"http://127.0.0.1:{port}", log, process)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, (
+                f"the gateway exited {process.returncode}\n{gateway.log_tail()}"
+            )
+            try:
+                if httpx.get(f"{gateway.url}/ctxbudget/status", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"the gateway did not start\n{gateway.log_tail()}"
+            time.sleep(0.1)
+        yield gateway
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
