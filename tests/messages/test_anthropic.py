@@ -135,7 +135,7 @@ def _with(path: list[Any], value: Any) -> dict[str, Any]:
 ERRORS = [
     (["system"], 3, "system", "got int"),
     (["system", 0, "type"], "image", "system[0].type", "expected one of: text"),
-    (["messages", 0, "role"], "tool", "messages[0].role", "expected one of: user, assistant, system"),
+    (["messages", 0, "role"], "tool", "messages[0].role", "one of: user, assistant, system"),
     (["messages", 0], {"role": "user"}, "messages[0].content", "missing"),
     (["messages", 0, "content"], 1.5, "messages[0].content", "expected a JSON array"),
     (["messages", 2, "content", 1, "type"], "image_url", "messages[2].content[1].type",
