@@ -186,12 +186,13 @@ def test_round_trip_forwards_the_body_unchanged() -> None:
         "You are Claude Code, Anthropic's official CLI for Claude.\n\n"
         "You are an interactive CLI tool."
     )
-    assert parsed.head == body["system"]
+    assert parsed.head == [body["system"][0], {"type": "text", "text": body["system"][1]["text"]}]
     assert parsed.request.max_output_tokens == 32_000
     # Nothing compacted: the very request parsed, and an equal copy of its messages (which
     # goes through the mapping back to Anthropic messages), both give the client's body back.
     same = MESSAGES.forward_body(body, parsed, parsed.request, None)
-    mapped = parsed.request.with_messages(tuple(parsed.request.messages))
+    mapped = parsed.request.with_messages(tuple(list(parsed.request.messages)))
+    assert mapped.messages is not parsed.request.messages
     back = MESSAGES.forward_body(body, parsed, mapped, None)
     for out in (same, back):
         assert json.dumps(out, sort_keys=True) == json.dumps(before, sort_keys=True)
@@ -426,3 +427,19 @@ def test_summary_body_asks_the_same_api() -> None:
         "stream": False,
     }
     assert MESSAGES.parse(body).request.system == "Summarise."
+
+
+def test_a_moved_cache_breakpoint_keeps_the_conversations_identity() -> None:
+    # Claude Code puts cache_control on the newest message of each request: the message that
+    # had it in the last request has it no more. The conversation's items (its identity) are
+    # the same either way; the forwarded body keeps the client's own breakpoints.
+    body = claude_body(steps=2)
+    later = copy.deepcopy(body)
+    del later["messages"][-1]["content"][0]["cache_control"]
+    del later["system"][1]["cache_control"]
+    first, second = MESSAGES.parse(body), MESSAGES.parse(later)
+    assert first.translated.items == second.translated.items
+    assert first.head == second.head
+    mapped = first.request.with_messages(tuple(list(first.request.messages)))
+    assert MESSAGES.forward_body(body, first, mapped, None) == body
+    assert body["messages"][-1]["content"][0]["cache_control"] == {"type": "ephemeral"}

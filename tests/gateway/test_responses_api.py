@@ -128,7 +128,8 @@ def test_round_trip_forwards_the_body_unchanged() -> None:
     # Nothing compacted: the very request parsed, and an equal copy of its messages (which
     # goes through the mapping back to items), both give the client's body back.
     same = RESPONSES.forward_body(body, parsed, parsed.request, None)
-    mapped = parsed.request.with_messages(tuple(parsed.request.messages))
+    mapped = parsed.request.with_messages(tuple(list(parsed.request.messages)))
+    assert mapped.messages is not parsed.request.messages
     back = RESPONSES.forward_body(body, parsed, mapped, None)
     for out in (same, back):
         assert json.dumps(out, sort_keys=True) == json.dumps(before, sort_keys=True)
@@ -139,7 +140,7 @@ def test_trailing_reasoning_items_stay_at_the_end() -> None:
     body = codex_body(steps=1)
     body["input"].append(_reasoning(7))
     parsed = RESPONSES.parse(body)
-    mapped = parsed.request.with_messages(tuple(parsed.request.messages))
+    mapped = parsed.request.with_messages(tuple(list(parsed.request.messages)))
     assert RESPONSES.forward_body(body, parsed, mapped, None)["input"] == body["input"]
 
 

@@ -95,11 +95,15 @@ class MessagesApi:
             items = [dict(m) for m in as_list(obj.get("messages"), "messages")]
         except CtxbudgetError as exc:
             raise InputError(str(exc)) from None
-        translated = translate(items, _reader(items, groups), lead_system=False)
+        # The items as the conversation's identity: without their cache_control, which Claude
+        # Code moves to the newest message on every request (an item that had it last time
+        # has it no more); `forward_body` forwards the client's own items, by index.
+        identity = [_without_cache_control(item) for item in items]
+        translated = translate(identity, _reader(items, groups), lead_system=False)
         return Parsed(
             request=frame.with_messages(translated.messages),
             translated=translated,
-            head=obj.get("system"),
+            head=_without_cache_control(obj.get("system")),
             stream=obj.get("stream") is True,
             model=frame.model,
             passthrough=None if items else "no messages",
@@ -114,7 +118,9 @@ class MessagesApi:
         ``budget_tokens`` < ``max_tokens``)."""
         out = dict(body)
         if sent.messages is not parsed.request.messages:
-            out["messages"] = forward_messages(parsed.translated, sent.messages)
+            # The client's own items (cache_control and all) in place of the identity forms.
+            client = dataclasses.replace(parsed.translated, items=tuple(body["messages"]))
+            out["messages"] = forward_messages(client, sent.messages)
         if max_tokens is not None:
             out["max_tokens"] = max_tokens
             thinking = body.get("thinking")
@@ -346,6 +352,28 @@ def _with_text(blocks: Sequence[Block], message: Message) -> list[Block]:
 def _same(a: Message, b: Message) -> bool:
     """Equal but for usage, which the gateway attaches to the messages it counts."""
     return a == b or dataclasses.replace(a, usage=None) == dataclasses.replace(b, usage=None)
+
+
+def _without_cache_control(value: Any) -> Any:
+    """A message (or a ``system`` value) less the ``cache_control`` of its blocks, nested
+    ``tool_result`` content included; a value without any is returned as it is (no copy)."""
+    if not _has_cache_control(value):
+        return value
+    if isinstance(value, list):
+        return [_without_cache_control(v) for v in value]
+    out = {k: v for k, v in value.items() if k != "cache_control"}
+    if isinstance(out.get("content"), list):
+        out["content"] = [_without_cache_control(v) for v in out["content"]]
+    return out
+
+
+def _has_cache_control(value: Any) -> bool:
+    if isinstance(value, list):
+        return any(_has_cache_control(v) for v in value)
+    if not isinstance(value, dict):
+        return False
+    content = value.get("content")
+    return "cache_control" in value or (isinstance(content, list) and _has_cache_control(content))
 
 
 def _has_block(item: Mapping[str, Any], kind: str) -> bool:
