@@ -17,7 +17,7 @@ from tests.gateway.scripted_upstream import FINAL_ANSWER, ScriptedUpstream
 
 from .conftest import DECLARED_WINDOW, STEPS, Gateway, scripted, serve
 from .harness import ClientRun, run_claude, run_codex, run_opencode, run_pi
-from .recorder import Recorder
+from .recorder import Exchange, Recorder
 
 pytestmark = pytest.mark.clients
 
@@ -34,6 +34,20 @@ def _assert_finished(run: ClientRun, up: ScriptedUpstream, rec: Recorder, gw: Ga
     assert up.largest_accepted() <= up.window, why
     compacted = [e for e in rec.exchanges if e.reply_headers.get("x-ctxbudget-compacted") == "1"]
     assert compacted, f"the gateway never said it compacted\n{why}"
+    # The task's requests (those offering tools) were recognised as one conversation, so each
+    # compaction was done once and reused, not redone on every request.
+    task = {
+        e.reply_headers.get("x-ctxbudget-conversation") for e in rec.exchanges if _offers_tools(e)
+    }
+    assert len(task) == 1, f"the task was split into conversations {task}\n{why}"
+
+
+def _offers_tools(exchange: Exchange) -> bool:
+    try:
+        body = json.loads(exchange.request_body or b"{}")
+    except ValueError:
+        return False
+    return isinstance(body, dict) and bool(body.get("tools"))
 
 
 def test_pi_finishes_through_the_gateway(
