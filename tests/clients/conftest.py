@@ -33,9 +33,12 @@ def task_dir(tmp_path: Path) -> Path:
     return folder
 
 
-def scripted(window: int, task_dir: Path) -> ScriptedUpstream:
-    """A scripted upstream with the tier's step count (start it with ``with``)."""
-    return ScriptedUpstream(window=window, task_dir=task_dir, steps=STEPS)
+def scripted(window: int, task_dir: Path, advertised: int | None = None) -> ScriptedUpstream:
+    """A scripted upstream with the tier's step count (start it with ``with``); ``advertised``:
+    the larger window its ``/props`` states (its overflow errors state the real one)."""
+    return ScriptedUpstream(
+        window=window, task_dir=task_dir, steps=STEPS, advertised_window=advertised
+    )
 
 
 @pytest.fixture

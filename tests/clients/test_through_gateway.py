@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from tests.gateway.scripted_upstream import FINAL_ANSWER, ScriptedUpstream
 
-from .conftest import DECLARED_WINDOW, STEPS, Gateway, scripted, serve
+from .conftest import DECLARED_WINDOW, STEPS, WINDOW, Gateway, scripted, serve
 from .harness import ClientRun, run_claude, run_codex, run_opencode, run_pi
 from .recorder import Exchange, Recorder
 
@@ -83,6 +83,37 @@ def test_claude_code_finishes_through_the_gateway(
     up = upstream_for["claude"]
     with serve(f"{up.url}/v1", tmp_path) as gw, Recorder(gw.url) as rec:
         run = run_claude(rec.url, tmp_path)
+    _assert_finished(run, up, rec, gw)
+
+
+def test_pi_finishes_when_the_server_is_smaller_than_it_says(
+    task_dir: Path, tmp_path: Path
+) -> None:
+    # /props says twice the real window: the gateway plans for the larger one, the upstream
+    # refuses with llama.cpp's error (it states n_ctx); the gateway adopts it, compacts, resends.
+    window = WINDOW["pi"]
+    with (
+        scripted(window, task_dir, advertised=2 * window) as up,
+        serve(f"{up.url}/v1", tmp_path) as gw,
+        Recorder(gw.url) as rec,
+    ):
+        run = run_pi(f"{rec.url}/v1", tmp_path, window=DECLARED_WINDOW)
+    assert up.rejected(), run.describe()
+    _assert_finished(run, up, rec, gw)
+
+
+def test_claude_code_finishes_when_the_server_is_smaller_than_it_says(
+    task_dir: Path, tmp_path: Path
+) -> None:
+    # As above through Messages: the refusal is Anthropic's "prompt is too long: N > W maximum".
+    window = WINDOW["claude"]
+    with (
+        scripted(window, task_dir, advertised=2 * window) as up,
+        serve(f"{up.url}/v1", tmp_path) as gw,
+        Recorder(gw.url) as rec,
+    ):
+        run = run_claude(rec.url, tmp_path)
+    assert up.rejected(), run.describe()
     _assert_finished(run, up, rec, gw)
 
 

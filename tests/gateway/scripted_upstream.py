@@ -283,6 +283,9 @@ class ScriptedUpstream:
 
     window: int
     task_dir: Path
+    advertised_window: int | None = None
+    """The window ``/props`` and ``/v1/models`` state; None: ``window``. A larger one plays a
+    server whose real context is smaller than it says (overflow errors still state ``window``)."""
     steps: int = 30
     final_answer: str = FINAL_ANSWER
     model: str = "m"
@@ -444,15 +447,16 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         route = self.path.split("?", 1)[0].rstrip("/")
         up = self.owner
+        stated = up.advertised_window or up.window
         if route == "/props":
-            settings = {"n_ctx": up.window, "params": {"n_predict": -1}}
+            settings = {"n_ctx": stated, "params": {"n_predict": -1}}
             self._send_json(200, {"default_generation_settings": settings, "total_slots": 1})
         elif route in ("/v1/models", "/models"):
             model = {
                 "id": up.model,
                 "object": "model",
                 "owned_by": "scripted",
-                "max_model_len": up.window,
+                "max_model_len": stated,
             }
             self._send_json(200, {"object": "list", "data": [model]})
         elif route in ("/health", "/healthz"):

@@ -139,3 +139,12 @@ def test_streams_carry_usage_as_each_api_does(tmp_path: Path) -> None:
     events = _sse(messages.text)
     assert events[0]["message"]["usage"]["input_tokens"] > 0
     assert events[-2]["type"] == "message_delta" and events[-2]["usage"]["output_tokens"] > 0
+
+
+def test_an_advertised_window_is_stated_but_the_real_one_enforced(tmp_path: Path) -> None:
+    body = {"messages": [{"role": "user", "content": "word " * 3000}]}
+    with ScriptedUpstream(window=2000, advertised_window=8000, task_dir=tmp_path) as up:
+        props = httpx.get(f"{up.url}/props").json()
+        refused = httpx.post(f"{up.url}/v1/chat/completions", json=body).json()
+    assert props["default_generation_settings"]["n_ctx"] == 8000
+    assert refused["error"]["n_ctx"] == 2000
