@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.gateway.scripted_upstream import ScriptedUpstream, write_task_files
+from tests.gateway.scripted_http_upstream import ScriptedUpstream, write_task_files
 
 STEPS = 30
 # The upstream's window per client: its first request plus about eight of the thirty steps

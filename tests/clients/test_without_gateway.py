@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.gateway.scripted_upstream import FINAL_ANSWER, ScriptedUpstream
+from tests.gateway.scripted_http_upstream import FINAL_ANSWER, ScriptedUpstream
 
 from .conftest import DECLARED_WINDOW, STEPS
 from .harness import run_claude, run_codex, run_opencode, run_pi

@@ -8,23 +8,18 @@ from collections.abc import Iterable
 
 from tests.conftest import data_file
 
+from ctxbudget.gateway.sse import SseParser
 from ctxbudget.messages.usage import Usage
 
 
 def sse_events(name: str) -> list[tuple[str | None, str]]:
-    """(event name, data) of each event in tests/data/sse/``name``."""
-    events: list[tuple[str | None, str]] = []
-    for block in data_file("sse", name).read_text().split("\n\n"):
-        event: str | None = None
-        data: list[str] = []
-        for line in block.splitlines():
-            if line.startswith("event:"):
-                event = line[len("event:") :].strip()
-            elif line.startswith("data:"):
-                data.append(line[len("data:") :].strip())
-        if data:
-            events.append((event, "\n".join(data)))
-    return events
+    """(event name, data) of each event in tests/data/sse/``name``, read by the gateway's own
+    SSE parser fed in small pieces (as a network delivers them)."""
+    raw = data_file("sse", name).read_bytes()
+    parser = SseParser()
+    events = [e for i in range(0, len(raw), 97) for e in parser.feed(raw[i : i + 97])]
+    assert not parser.flush().strip()  # every event complete
+    return [(e.name, e.data) for e in events if e.data is not None]
 
 
 def merged(parts: Iterable[Usage | None]) -> Usage | None:

@@ -6,9 +6,15 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import re
+from pathlib import Path
 from typing import Any
 
+import anthropic
+import httpx2
 import pytest
+from tests.gateway import scripted_upstream
+from tests.gateway.loopback import Served, gateway
 from tests.gateway.sse_events import merged, sse_events
 
 from ctxbudget.budget.floor import check_prompt_floor
@@ -443,3 +449,133 @@ def test_a_moved_cache_breakpoint_keeps_the_conversations_identity() -> None:
     mapped = first.request.with_messages(tuple(list(first.request.messages)))
     assert MESSAGES.forward_body(body, first, mapped, None) == body
     assert body["messages"][-1]["content"][0]["cache_control"] == {"type": "ephemeral"}
+
+
+# -- the anthropic SDK through the gateway ---------------------------------------------------------
+
+CLIENT_TOOLS = [
+    {
+        "name": "read_file",
+        "description": "Reads a file of the workspace.",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+]
+
+
+def _run_claude_loop(served: Served, *, stream: bool) -> tuple[str, int]:
+    """A tool loop as an agent drives it with the anthropic SDK: (final text, model calls)."""
+    http = httpx2.Client(event_hooks={"response": [lambda r: served.headers.append(r.headers)]})
+    client = anthropic.Anthropic(
+        base_url=served.url, api_key="sk-none", max_retries=0, http_client=http
+    )
+    messages: list[dict[str, Any]] = [{"role": "user", "content": scripted_upstream.TASK}]
+    for calls in range(1, 60):
+        kwargs: dict[str, Any] = {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 400,
+            "system": [{"type": "text", "text": scripted_upstream.SYSTEM}],
+            "tools": CLIENT_TOOLS,
+            "messages": messages,
+            "thinking": {"type": "enabled", "budget_tokens": 300},
+        }
+        if stream:
+            with client.messages.stream(**kwargs) as events:
+                reply = events.get_final_message()
+        else:
+            reply = client.messages.create(**kwargs)
+        content = [block.model_dump(exclude_none=True) for block in reply.content]
+        messages.append({"role": "assistant", "content": content})
+        if reply.stop_reason != "tool_use":
+            return "".join(b.text for b in reply.content if b.type == "text"), calls
+        results = [
+            {
+                "type": "tool_result",
+                "tool_use_id": block.id,
+                "content": scripted_upstream.tool_output(str(block.input["path"])),  # type: ignore[index]
+            }
+            for block in reply.content
+            if block.type == "tool_use"
+        ]
+        # Claude Code's breakpoint: on the newest message only.
+        results[-1]["cache_control"] = {"type": "ephemeral"}
+        for earlier in messages:
+            for block in earlier["content"] if isinstance(earlier["content"], list) else ():
+                block.pop("cache_control", None)
+        messages.append({"role": "user", "content": results})
+    raise AssertionError("the tool loop did not end")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_the_anthropic_sdk_runs_a_long_tool_loop_through_the_gateway(
+    tmp_path: Path, stream: bool
+) -> None:
+    with gateway(tmp_path) as served:
+        final, calls = _run_claude_loop(served, stream=stream)
+    script = served.script
+    assert final == scripted_upstream.FINAL_ANSWER
+    assert calls == scripted_upstream.STEPS + 1
+    # The conversation went far past the window; the gateway compacted it (summaries written
+    # by the upstream through the Messages API) and no request reached the server over it.
+    assert script.summaries >= 1
+    assert max(script.prompts) <= scripted_upstream.WINDOW
+    assert any(h.get("x-ctxbudget-compacted") == "1" for h in served.headers)
+    # One conversation all along, though the client moved its cache breakpoint every call.
+    assert len({h.get("x-ctxbudget-conversation") for h in served.headers}) == 1
+
+
+def test_an_upstream_overflow_is_recovered_and_never_reaches_the_sdk(tmp_path: Path) -> None:
+    # The gateway is told a window twice the server's: the server refuses a prompt with
+    # Anthropic's own overflow error; the gateway adopts the window it states, compacts, and
+    # sends again, so the client sees none of it.
+    with gateway(tmp_path, window=2 * scripted_upstream.WINDOW, steps=16) as served:
+        final, calls = _run_claude_loop(served, stream=True)
+    assert final == scripted_upstream.FINAL_ANSWER and calls == 16 + 1
+    assert served.script.overflows >= 1
+    assert {h.get("x-ctxbudget-window") for h in served.headers[-3:]} == {
+        str(scripted_upstream.WINDOW)
+    }
+
+
+def test_a_request_whose_floor_exceeds_the_window_gets_the_anthropic_error(
+    tmp_path: Path,
+) -> None:
+    tools = [
+        {**CLIENT_TOOLS[0], "name": f"tool_{i}", "description": "A tool. " * 120} for i in range(12)
+    ]
+    with gateway(tmp_path) as served:
+        client = anthropic.Anthropic(base_url=served.url, api_key="sk-none", max_retries=0)
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            client.messages.create(
+                model="claude-sonnet-4-5",
+                max_tokens=128_000,
+                system="You are Claude Code.",
+                tools=tools,
+                messages=[{"role": "user", "content": "hi"}],
+                stream=True,  # as Claude Code asks (the SDK wants a stream for 128K)
+            )
+    assert served.script.calls == 0  # nothing was sent that the server would truncate
+    error = caught.value.body["error"]  # type: ignore[index]
+    assert error["type"] == "invalid_request_error"
+    assert re.match(
+        rf"prompt is too long: \d+ tokens > {scripted_upstream.WINDOW} maximum; prompt floor ",
+        error["message"],
+    )
+
+
+def test_the_beta_path_is_guarded_too(tmp_path: Path) -> None:
+    # Claude Code calls POST /v1/messages?beta=true (the SDK's beta client does the same).
+    with gateway(tmp_path, steps=0) as served:
+        http = httpx2.Client(event_hooks={"response": [lambda r: served.headers.append(r.headers)]})
+        client = anthropic.Anthropic(
+            base_url=served.url, api_key="sk-none", max_retries=0, http_client=http
+        )
+        reply = client.beta.messages.create(
+            model="claude-sonnet-4-5",
+            max_tokens=256,
+            messages=[{"role": "user", "content": scripted_upstream.TASK}],
+            betas=["interleaved-thinking-2025-05-14"],
+        )
+    assert reply.content[0].type == "text"
+    assert reply.content[0].text == scripted_upstream.FINAL_ANSWER
+    assert served.headers[-1].get("x-ctxbudget-conversation")
+    assert int(served.headers[-1]["x-ctxbudget-tokens"]) == served.script.prompts[-1]

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
+import httpx2
+import openai
 import pytest
+from tests.gateway import scripted_upstream
+from tests.gateway.loopback import Served, gateway
 from tests.gateway.sse_events import merged, sse_events
 
 from ctxbudget.compaction.strategies import compact
@@ -192,10 +197,18 @@ def test_compacted_forward_keeps_the_newest_step_verbatim_and_pairs_calls() -> N
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("previous_response_id", "resp_123"), ("conversation", {"id": "conv_1"})],
+    [
+        ("previous_response_id", "resp_123"),
+        ("conversation", {"id": "conv_1"}),
+        ("item_reference", None),
+    ],
 )
 def test_server_side_history_is_passed_through_with_the_reason(field: str, value: object) -> None:
-    body = {"model": "m", "input": [{"role": "user", "content": "next"}], field: value}
+    body: dict[str, Any] = {"model": "m", "input": [{"role": "user", "content": "next"}]}
+    if field == "item_reference":
+        body["input"].insert(0, {"type": "item_reference", "id": "msg_stored"})
+    else:
+        body[field] = value
     parsed = RESPONSES.parse(body)
     assert parsed.passthrough is not None and field in parsed.passthrough
     assert RESPONSES.forward_body(body, parsed, parsed.request, None) == body
@@ -305,3 +318,121 @@ def test_summary_body_asks_the_same_api() -> None:
         "store": False,
     }
     assert RESPONSES.parse(body).request.system == "Summarise."
+
+
+# -- the openai SDK's Responses through the gateway ------------------------------------------------
+
+CLIENT_TOOLS = [
+    {
+        "type": "function",
+        "name": "read_file",
+        "description": "Reads a file of the workspace.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        "strict": False,
+    }
+]
+
+
+def _run_codex_loop(served: Served, *, stream: bool) -> tuple[str, int]:
+    """A tool loop as an agent drives it with the openai SDK's Responses: (final text, calls)."""
+    http = httpx2.Client(event_hooks={"response": [lambda r: served.headers.append(r.headers)]})
+    client = openai.OpenAI(
+        base_url=f"{served.url}/v1", api_key="none", max_retries=0, http_client=http
+    )
+    items: list[dict[str, Any]] = [{"role": "user", "content": scripted_upstream.TASK}]
+    for calls in range(1, 60):
+        kwargs: dict[str, Any] = {
+            "model": "qwen3-coder",
+            "instructions": scripted_upstream.SYSTEM,
+            "input": items,
+            "tools": CLIENT_TOOLS,
+            "max_output_tokens": 400,
+            "store": False,
+        }
+        if stream:
+            reply = None
+            for event in client.responses.create(stream=True, **kwargs):
+                if event.type == "response.completed":
+                    reply = event.response
+            assert reply is not None
+        else:
+            reply = client.responses.create(**kwargs)
+        output = [item.model_dump(exclude_none=True) for item in reply.output]
+        items.extend(output)
+        calls_made = [item for item in reply.output if item.type == "function_call"]
+        if not calls_made:
+            return reply.output_text, calls
+        for call in calls_made:
+            path = json.loads(call.arguments)["path"]
+            output_item = {
+                "type": "function_call_output",
+                "call_id": call.call_id,
+                "output": scripted_upstream.tool_output(path),
+            }
+            items.append(output_item)
+    raise AssertionError("the tool loop did not end")
+
+
+# 14 steps: past the window twice over; the SDK's own input conversion grows with the list
+# (most of a 32-step run's time), and the Messages test runs the 32-step loop.
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_the_openai_sdk_runs_a_long_responses_loop_through_the_gateway(
+    tmp_path: Path, stream: bool
+) -> None:
+    with gateway(tmp_path, steps=14) as served:
+        final, calls = _run_codex_loop(served, stream=stream)
+    script = served.script
+    assert final == scripted_upstream.FINAL_ANSWER
+    assert calls == 14 + 1
+    # Far past the window, compacted by the gateway (summaries through the Responses API),
+    # and never a request over the server's window; the reasoning of the call in progress
+    # went back with its encrypted content (the server checks it).
+    assert script.summaries >= 1
+    assert max(script.prompts) <= scripted_upstream.WINDOW
+    assert any(h.get("x-ctxbudget-compacted") == "1" for h in served.headers)
+    assert len({h.get("x-ctxbudget-conversation") for h in served.headers}) == 1
+
+
+def test_a_server_side_history_request_is_passed_through_with_the_header(tmp_path: Path) -> None:
+    with gateway(tmp_path) as served:
+        reply = httpx2.post(
+            f"{served.url}/v1/responses",
+            json={"model": "m", "input": "next", "previous_response_id": "resp_1"},
+        )
+    assert reply.status_code == 200
+    assert reply.headers["x-ctxbudget-passthrough"].startswith("previous_response_id")
+    assert "x-ctxbudget-tokens" not in reply.headers
+
+
+def test_an_upstream_overflow_is_recovered_and_never_reaches_the_sdk(tmp_path: Path) -> None:
+    # Told twice the server's window, the gateway learns the real one from the server's
+    # context_length_exceeded error, compacts and sends again; the client sees none of it.
+    with gateway(tmp_path, window=2 * scripted_upstream.WINDOW, steps=12) as served:
+        final, calls = _run_codex_loop(served, stream=True)
+    assert final == scripted_upstream.FINAL_ANSWER and calls == 12 + 1
+    assert served.script.overflows >= 1
+    assert served.headers[-1].get("x-ctxbudget-window") == str(scripted_upstream.WINDOW)
+
+
+def test_a_request_whose_floor_exceeds_the_window_gets_context_length_exceeded(
+    tmp_path: Path,
+) -> None:
+    tools = [
+        {**CLIENT_TOOLS[0], "name": f"tool_{i}", "description": "A tool. " * 120} for i in range(12)
+    ]
+    with gateway(tmp_path) as served:
+        client = openai.OpenAI(base_url=f"{served.url}/v1", api_key="none", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(model="m", input="hi", tools=tools, max_output_tokens=64)
+    assert served.script.calls == 0
+    assert caught.value.code == "context_length_exceeded"
+    assert "prompt floor" in caught.value.message
+
+
+def test_the_gateways_count_is_the_count_of_what_it_forwards(tmp_path: Path) -> None:
+    with gateway(tmp_path, steps=1) as served:
+        final, calls = _run_codex_loop(served, stream=False)
+    assert (final, calls) == (scripted_upstream.FINAL_ANSWER, 2)
+    # The server counts the body it received with the same tokenizer: the same numbers.
+    assert [int(h["x-ctxbudget-tokens"]) for h in served.headers] == served.script.prompts
+    assert all(h["x-ctxbudget-compacted"] == "0" for h in served.headers)

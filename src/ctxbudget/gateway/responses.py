@@ -7,8 +7,9 @@ library's own reader (`integrations._responses.read_item`); an item that holds n
 (reasoning) travels with the item after it, so a compacted request keeps the reasoning that led
 to a kept call, verbatim, and drops it with a call compaction folded away.
 
-A request with ``previous_response_id`` or ``conversation`` keeps its history on the server:
-the gateway sees only the new items and cannot budget the whole, so it passes it through.
+A request with ``previous_response_id`` or ``conversation`` keeps its history on the server
+(as does one with an ``item_reference``): the gateway sees only part of it and cannot budget
+the whole, so it passes it through.
 """
 
 from __future__ import annotations
@@ -201,6 +202,11 @@ def _server_side_history(obj: Mapping[str, Any]) -> str | None:
         return "previous_response_id: the server holds the history"
     if obj.get("conversation") is not None:
         return "conversation: the server holds the history"
+    items = obj.get("input")
+    if isinstance(items, list) and any(
+        isinstance(i, Mapping) and i.get("type") == "item_reference" for i in items
+    ):
+        return "item_reference: the server holds the referenced items"
     return None
 
 

@@ -1,4 +1,4 @@
-"""The scripted upstream itself: its overflow errors are the real ones, its script and its usage."""
+"""The scripted HTTP upstream itself: its overflow errors are the real ones, its script, usage."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.conftest import data_file
 
 from ctxbudget.providers.overflow import classify_error
 
-from .scripted_upstream import (
+from .scripted_http_upstream import (
     FINAL_ANSWER,
     ScriptedUpstream,
     overflow_error,
