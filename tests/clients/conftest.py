@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import socket
 import subprocess
 import sys
@@ -87,13 +86,11 @@ def serve(upstream: str, tmp: Path, *extra: str) -> Iterator[Gateway]:
     """
     port = _free_port()
     log = tmp / f"gateway-{port}.log"
-    if importlib.util.find_spec("ctxbudget.cli.serve") is not None:
-        command = ["-c", "from ctxbudget.cli.main import main; main()", "serve"]
-    else:  # until gw-core's `ctxbudget serve` is merged: the same app, see serve_app.py
-        command = [str(Path(__file__).with_name("serve_app.py"))]
     argv = [
         sys.executable,
-        *command,
+        "-c",
+        "from ctxbudget.cli.main import main; main()",
+        "serve",
         "--upstream",
         upstream,
         "--host",

@@ -51,6 +51,8 @@ from ctxbudget.gateway.chat import CHAT
 from ctxbudget.gateway.config import GatewayConfig
 from ctxbudget.gateway.conversations import Conversation, Conversations
 from ctxbudget.gateway.discover import discover_window
+from ctxbudget.gateway.messages_api import MESSAGES
+from ctxbudget.gateway.responses import RESPONSES
 from ctxbudget.gateway.sse import SseParser
 from ctxbudget.gateway.upstream import StreamReply, Upstream, UpstreamError
 from ctxbudget.messages.jsondepth import json_depth
@@ -63,8 +65,9 @@ __all__ = ["DEFAULT_APIS", "Gateway", "create_app"]
 
 log = logging.getLogger("ctxbudget.gateway")
 
-DEFAULT_APIS: tuple[WireApi, ...] = (CHAT,)
-"""The wire APIs served when `create_app` is given none."""
+DEFAULT_APIS: tuple[WireApi, ...] = (CHAT, RESPONSES, MESSAGES)
+"""The wire APIs served when `create_app` is given none: Chat Completions (Pi, OpenCode),
+Responses (Codex), Anthropic Messages (Claude Code)."""
 STATUS_PATH = "/ctxbudget/status"
 _MOCK_WINDOW = 8192
 """The embedded mock model's window when ``--window`` is not given."""
