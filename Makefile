@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-server test-reliability test-redis lint typecheck pytest fuzz bench docs clean
+.PHONY: demo test test-server test-reliability test-redis test-clients lint typecheck pytest fuzz bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ test: $(VENV)/.dev
 test-server: $(VENV)/.dev
 	PYTHON=$(BIN)/python scripts/build_llama_server.sh
 	$(BIN)/python -m pytest tests/server -m server -p no:cacheprovider
+
+# Real coding-agent CLIs (Pi, Codex, Claude Code, OpenCode) from npm, pinned and cached outside the
+# clone (scripts/install_clients.sh; about 1.3 GB), driven through `ctxbudget serve`. Needs Node 20+.
+test-clients: $(VENV)/.dev
+	$(BIN)/python -m pip install -q -e '.[serve]'
+	CTXBUDGET_CLIENTS_DIR="$$(scripts/install_clients.sh)" $(BIN)/python -m pytest tests/clients -m clients -p no:cacheprovider
 
 # Hostile inputs that take seconds to minutes each (huge files, runaway regexes, many sessions).
 test-reliability: $(VENV)/.dev

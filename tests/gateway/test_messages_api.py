@@ -411,7 +411,7 @@ def test_count_tokens_answers_the_count_of_the_forwarded_request() -> None:
     ("body", "where"),
     [
         ({"max_tokens": 5}, "messages"),
-        ({"messages": [{"role": "system", "content": "x"}]}, r"messages\[0\].role"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, r"messages\[0\].role"),
         ({"messages": [{"role": "user", "content": [{"type": "video"}]}]}, r"messages\[0\]"),
         ({"messages": [], "system": 4}, "system"),
         ({"messages": [], "max_tokens": 0}, "max_tokens"),

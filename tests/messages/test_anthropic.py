@@ -135,8 +135,7 @@ def _with(path: list[Any], value: Any) -> dict[str, Any]:
 ERRORS = [
     (["system"], 3, "system", "got int"),
     (["system", 0, "type"], "image", "system[0].type", "expected one of: text"),
-    (["messages", 0, "role"], "system", "messages[0].role", "top-level system field"),
-    (["messages", 0, "role"], "tool", "messages[0].role", "expected one of: user, assistant"),
+    (["messages", 0, "role"], "tool", "messages[0].role", "one of: user, assistant, system"),
     (["messages", 0], {"role": "user"}, "messages[0].content", "missing"),
     (["messages", 0, "content"], 1.5, "messages[0].content", "expected a JSON array"),
     (["messages", 2, "content", 1, "type"], "image_url", "messages[2].content[1].type",
@@ -195,3 +194,27 @@ def test_an_empty_anthropic_system_is_no_system_prompt(system: object) -> None:
     assert request_from_anthropic({"messages": hi}).system is None
     blocks = [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}]
     assert request_from_anthropic({"system": blocks, "messages": hi}).system == "A\n\nB"
+
+
+def test_a_system_turn_among_the_messages_is_read() -> None:
+    """Claude Code 2.1.332 puts its environment notes in a system turn among the messages
+    (seen in its requests by tests/clients); the request is read, the turn kept in its place."""
+    env = "# Environment\nPrimary working directory: /tmp/x"
+    body = {
+        "system": "You are an agent.",
+        "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "system", "content": env},
+            {
+                "role": "system",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            },
+        ],
+    }
+    request = request_from_anthropic(body)
+    assert request.system == "You are an agent."
+    assert [(m.role, m.text) for m in request.messages] == [
+        ("user", "go"),
+        ("system", env),
+        ("system", "a\n\nb"),
+    ]

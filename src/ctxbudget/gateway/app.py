@@ -72,7 +72,8 @@ __all__ = ["DEFAULT_APIS", "Gateway", "create_app"]
 log = logging.getLogger("ctxbudget.gateway")
 
 DEFAULT_APIS: tuple[WireApi, ...] = (CHAT, RESPONSES, MESSAGES)
-"""The wire APIs served when `create_app` is given none."""
+"""The wire APIs served when `create_app` is given none: Chat Completions (Pi, OpenCode),
+Responses (Codex), Anthropic Messages (Claude Code)."""
 STATUS_PATH = "/ctxbudget/status"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 CLAMPED_HEADER = "x-ctxbudget-max-tokens-clamped"

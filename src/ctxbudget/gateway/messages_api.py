@@ -364,6 +364,16 @@ def _without_cache_control(value: Any) -> Any:
     out = {k: v for k, v in value.items() if k != "cache_control"}
     if isinstance(out.get("content"), list):
         out["content"] = [_without_cache_control(v) for v in out["content"]]
+        # Claude Code sends its newest message as one text block (to carry the marker) and the
+        # same message as a plain string in the next request: the API reads them alike.
+        blocks = out["content"]
+        one_text = (
+            len(blocks) == 1
+            and isinstance(blocks[0], dict)
+            and blocks[0].keys() == {"type", "text"}
+        )
+        if one_text and blocks[0]["type"] == "text" and isinstance(blocks[0]["text"], str):
+            out["content"] = blocks[0]["text"]
     return out
 
 

@@ -84,11 +84,14 @@ def _message(value: object, path: str, names: dict[str, str]) -> list[Message]:
     obj = as_object(value, path)
     role_path = join(path, "role")
     role = as_str(required(obj, "role", path), role_path)
-    if role not in ("user", "assistant"):
-        hint = "; put the system prompt in the top-level system field" if role == "system" else ""
-        fail(role_path, f"unknown role {role!r}; expected one of: user, assistant{hint}")
+    if role not in ("user", "assistant", "system"):
+        fail(role_path, f"unknown role {role!r}; expected one of: user, assistant, system")
     content = required(obj, "content", path)
     content_path = join(path, "content")
+    if role == "system":
+        # A system turn inside the conversation: Claude Code 2.1.332 sends its environment
+        # notes as {"role": "system", "content": "# Environment..."} among the messages.
+        return [Message(role="system", content=_system_texts(content, content_path))]
     if isinstance(content, str):
         return [Message(role="user" if role == "user" else "assistant", content=content)]
     blocks = as_list(content, content_path)
@@ -215,15 +218,20 @@ def _system(value: object) -> str | None:
     # refuses: "system: text content blocks must be non-empty") is no system prompt (None).
     if value is None:
         return None
+    return _system_texts(value, "system") or None
+
+
+def _system_texts(value: object, path: str) -> str:
+    """System text given as a string or as a list of text blocks (joined)."""
     if isinstance(value, str):
-        return value or None
+        return value
     texts = []
-    for i, item in enumerate(as_list(value, "system")):
-        block, _ = _block(item, join("system", i), ("text",))
-        texts.append(required_str(block, "text", join("system", i)))
+    for i, item in enumerate(as_list(value, path)):
+        block, _ = _block(item, join(path, i), ("text",))
+        texts.append(required_str(block, "text", join(path, i)))
     # How the API joins system blocks is not documented; a blank line matches how our
     # OpenAI reader joins leading system messages, so both formats count alike.
-    return join_system(texts) or None
+    return join_system(texts) or ""
 
 
 def _tool(value: object, path: str) -> _ToolSpec:
