@@ -132,7 +132,8 @@ class ContextOverflowError(ProviderError):
     """Raised when the server rejects a request as longer than its context window.
 
     ``limit`` is the real window when the server's message states it (vLLM, OpenAI,
-    Anthropic, llama.cpp, Ollama); the agent adopts it for the rest of the session.
+    Anthropic, llama.cpp, Ollama); the agent adopts it for the rest of the session. Without it,
+    the agent adopts the refused request's size plus its reply room (the server holds less).
     """
 
     def __init__(

@@ -414,3 +414,32 @@ def test_the_session_loop_reads_silent_overflows_as_the_agent_does(
     expected, got = runs
     assert expected.overflows >= 1 and expected.window < 8192  # the case showed a window
     assert got == expected
+
+
+def test_an_overflow_that_states_no_limit_makes_the_retry_smaller() -> None:
+    # A server smaller than it says, refusing with no numbers (OpenAI's context_length_exceeded
+    # on Responses, Ollama): compacting toward the window believed sent the same request again.
+    request = long_conversation(words=100, turns=80)
+    session = BudgetSession(counter=RequestCounter("qwen3"), window=34_000)
+    refused = session.counter.count(request).total
+    reserve = session.max_output_tokens
+    assert refused + reserve < 34_000  # it fit the window we believed
+    retry = session.recover(request, ContextOverflowError("maximum context length exceeded"))
+    assert session.counter.count(retry).total < refused
+    assert session.window <= refused + reserve
+
+
+def test_the_agent_reads_an_overflow_with_no_limit_the_same_way(make_agent: Any) -> None:
+    agent, provider, _ = make_agent("chat", window=34_000)
+    turn = 0
+    while agent.context_tokens() < 3_000:
+        turn += 1
+        provider.enqueue("fine")
+        agent.run_turn(provider.scenario.user_message(turn))
+    sent = agent.context_tokens()
+    provider.enqueue(ContextOverflowError("maximum context length exceeded"), "fine")
+    agent.run_turn(provider.scenario.user_message(turn + 1))
+    assert agent.overflows == 1
+    assert agent.window < 34_000  # about what it sent plus the reply room
+    assert agent.compactions and agent.compactions[-1].trigger == "context_overflow"
+    assert sent < 34_000 // 4  # it was refused far below the window it believed

@@ -142,7 +142,9 @@ def test_second_overflow_raises_compaction_error(make_agent: MakeAgent) -> None:
     agent, provider, _ = make_agent("chat", window=1200)
     provider.enqueue("fine")
     agent.run_turn(provider.scenario.user_message(1))  # type: ignore[union-attr]
-    provider.enqueue(ContextOverflowError("too long"), ContextOverflowError("still too long"))
+    provider.enqueue(
+        ContextOverflowError("too long", limit=1150), ContextOverflowError("still too long")
+    )
     with pytest.raises(CompactionError, match="still exceeds") as info:
         agent.run_turn(provider.scenario.user_message(2))  # type: ignore[union-attr]
     assert "\n" not in str(info.value)

@@ -521,7 +521,7 @@ class BudgetSession:
         """After the server rejected ``request`` as too long: count it, adopt its stated window
         and compact harder (by how far our count fell short of the server's)."""
         with self._compacting:
-            self.overflowed(error)
+            self.overflowed(error, request)
             scale = undercount_scale(self.counter.count(request).total, error.prompt_tokens)
             self.observe(request.messages)
             return self.compact(request, "context_overflow", scale=scale, summarizer=summarizer)
@@ -643,13 +643,23 @@ class BudgetSession:
 
     # -- state changes ---------------------------------------------------------------------------
 
-    def overflowed(self, error: ContextOverflowError) -> None:
-        """Count a refused request and adopt the window its error states (when smaller)."""
+    def overflowed(self, error: ContextOverflowError, refused: Request | None = None) -> None:
+        """Count a refused request and adopt the window its error states (when smaller). An
+        error that states no limit still says the server holds less than ``refused`` (the
+        request it refused) plus the reply room: that is adopted, so the retry is smaller."""
         self._count_overflow(
             limit=error.limit, prompt_tokens=error.prompt_tokens, message=one_line(str(error))
         )
         if error.limit is not None:
             self.adopt(error.limit, "the server stated its real context length")
+        elif refused is not None:
+            # Compacting toward the window we believed sent the same request again (Codex in
+            # front of a server smaller than it says: refused twice, exit 1). Never below the
+            # floor: the system prompt and tools are part of what was refused.
+            self.adopt(
+                self.counter.count(refused).total + self.max_output_tokens,
+                "the server refused the request without stating its limit",
+            )
 
     def silent_overflow(self, found: SilentOverflow, prompt_tokens: int, silent: str) -> None:
         """Count an overflow the server did not report as an error, and adopt its window."""

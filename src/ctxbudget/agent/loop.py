@@ -316,7 +316,7 @@ class Agent:
         try:
             completion = self._send()
         except ContextOverflowError as exc:
-            session.overflowed(exc)
+            session.overflowed(exc, self._sent)
             self._compact("context_overflow", scale=self._undercount(exc))
             completion = self._resend()
         else:
