@@ -49,6 +49,7 @@ from gateway import (
     load_conditions,
     new_tag,
     percentile,
+    post_table,
     send,
     start_gateway,
     start_litellm,
@@ -104,25 +105,25 @@ async def run_agents(
 
     begin = template.start(size)
     samples: list[Sample] = []
-    limits = httpx.Limits(
-        max_connections=conversations + 8, max_keepalive_connections=conversations + 8
-    )
 
-    async def agent(c: int, client: Any) -> None:
+    async def agent(c: int) -> None:
         tag = new_tag(label)
-        for s in range(steps):
-            n = template.ends[begin + s]
-            body = chat_body(template.messages(tag, n), stream=True)
-            url = urls[(c + s) % len(urls)] + "/chat/completions"
-            try:
-                samples.append(await send(client, url, body, True, template.tokens[n]))
-            except httpx.HTTPError as error:  # counted as an error, the agent goes on
-                samples.append(Sample(0.0, 599, template.tokens[n], {"error": repr(error)}))
+        # one client (one keep-alive connection) per agent, as agents run: one shared pool of
+        # hundreds of connections costs httpx more than the requests (its pool scan is
+        # quadratic), which would measure the client
+        async with httpx.AsyncClient(timeout=300) as client:
+            for s in range(steps):
+                n = template.ends[begin + s]
+                body = chat_body(template.messages(tag, n), stream=True)
+                url = urls[(c + s) % len(urls)] + "/chat/completions"
+                try:
+                    samples.append(await send(client, url, body, True, template.tokens[n]))
+                except httpx.HTTPError as error:  # counted as an error, the agent goes on
+                    samples.append(Sample(0.0, 599, template.tokens[n], {"error": repr(error)}))
 
-    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
-        start = time.perf_counter()
-        await asyncio.gather(*(agent(c, client) for c in range(conversations)))
-        return samples, time.perf_counter() - start
+    start = time.perf_counter()
+    await asyncio.gather(*(agent(c) for c in range(conversations)))
+    return samples, time.perf_counter() - start
 
 
 async def over_window_probe(
@@ -174,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--size", type=int, default=32_000, help="tokens at the first step")
     parser.add_argument("--window", type=int, default=24_000, help="the upstream's window")
-    parser.add_argument("--instances", type=int, default=2)
+    parser.add_argument("--instances", type=int, default=2, help="0: harness check, no gateway")
     parser.add_argument("--state", choices=("redis", "sqlite"), default="redis")
     parser.add_argument("--litellm", metavar="PYTHON", help="a Python with litellm[proxy]")
     parser.add_argument("--probe-sizes", default="32000,128000")
@@ -191,6 +192,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         upstream = start_upstream(where, args.window)
         direct = start_upstream(where, 10_000_000)
         children += [upstream, direct]
+        # the baseline's upstream looks the unchanged conversations' sizes up (as the latency
+        # bench's does); the gateways' upstream counts every request it gets
+        post_table(direct, template)
         if args.state == "redis":
             redis, state = start_redis(where)
         else:
@@ -201,15 +205,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         ]
         children += gateways
         conditions = load_conditions()
-        # warm each instance (imports, tokenizer) on a conversation of its own
-        asyncio.run(
-            run_agents([g.url for g in gateways], template, 1_000, len(gateways), 2, "warm")
-        )
+        if gateways:  # warm each instance (imports, tokenizer) on a conversation of its own
+            asyncio.run(
+                run_agents([g.url for g in gateways], template, 1_000, len(gateways), 2, "warm")
+            )
         subprocess_reset(upstream)
         base_samples, base_wall = asyncio.run(
             run_agents([direct.url], template, args.size, args.conversations, args.steps, "direct")
         )
         print(f"direct: {len(base_samples)} requests in {base_wall:.1f} s", flush=True)
+        if not gateways:  # the harness alone: the baseline and what litellm forwards
+            p50, p99 = latency(base_samples)
+            print(f"direct p50 / p99 ms: {p50:.1f} / {p99:.1f}", flush=True)
+            lite_python = litellm_python(args.litellm)
+            if lite_python:
+                lite = start_litellm(where, lite_python, upstream.url)
+                children.append(lite)
+                asyncio.run(
+                    over_window_probe({"litellm": lite.url}, upstream, template, probe_sizes)
+                )
+            return
         samples, wall = asyncio.run(
             run_agents(
                 [g.url for g in gateways],
