@@ -615,10 +615,9 @@ class BudgetSession:
                 scale=scale,
             )
             compacted = request.with_messages(result.messages)
+            replaced = self._unsubstituted(request.messages)
             prefix = CompactedPrefix(
-                length=len(request.messages),
-                digest=prefix_digest(request.messages),
-                view=compacted.messages,
+                length=len(replaced), digest=prefix_digest(replaced), view=compacted.messages
             )
             with self._state:
                 # The cap binds pressure compactions (`should_compact`); an overflow compaction
@@ -631,7 +630,7 @@ class BudgetSession:
                     self.summaries.append(result.summary)
                 self.compactions.append(record)
                 number = len(self.compactions)
-                self._prefix, self._replaced = prefix, request.messages
+                self._prefix, self._replaced = prefix, replaced
             if self.archive is not None:
                 view = tuple(without_adapter_meta(m) for m in result.messages)
                 # The view's new messages (summary, placeholders) live in the compaction record.
@@ -645,6 +644,19 @@ class BudgetSession:
                 self.archive.append_meta({f"compaction.{number}": record.to_json()})
             self._emit("compaction", **record.to_json())
             return compacted
+
+    def _unsubstituted(self, messages: tuple[Message, ...]) -> tuple[Message, ...]:
+        """``messages`` as the caller's own list: when they start with the view of the prefix
+        `_substitute` replaced (a harness resending its whole list), that prefix in its place.
+        A compaction of a substituted list then replaces what the caller will send again, so
+        the next request (or a restored session) finds its prefix in the caller's list."""
+        prefix, replaced = self._prefix, self._replaced
+        if prefix is None or len(replaced) != prefix.length:
+            return messages
+        n = len(prefix.view)
+        if messages[:n] != prefix.view:
+            return messages
+        return (*replaced, *messages[n:])
 
     def _substitute(self, request: Request) -> Request:
         """``request`` with the prefix the last compaction replaced swapped for its view: a

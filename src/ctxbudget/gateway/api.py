@@ -1,0 +1,145 @@
+"""What a wire API provides the gateway: the `WireApi` protocol and the `Parsed` value.
+
+The gateway is one loop for every API it speaks (Chat Completions, Responses, Anthropic
+Messages). Everything that differs between them lives behind `WireApi`: how a body is read into
+our `Request`, how the request the budget session decided to send is written back into a wire
+body, where the usage and stop reason are in a reply (whole or streamed), what an error looks
+like, and how a summary is asked of the upstream model through the same API.
+
+Contract for implementations (stable: the Responses and Messages modules build on it):
+
+- `WireApi.parse` never raises anything but `ctxbudget.errors.InputError` (and its subclasses)
+  for a body it cannot read; the gateway answers that with ``error(400, "invalid_request", ...)``.
+- `Parsed.translated` maps each message back to the wire item it came from
+  (`ctxbudget.integrations._view.translate`), so `WireApi.forward_body` forwards unchanged items
+  verbatim (ids, signatures, ``cache_control`` survive) and rebuilds only what compaction made.
+- A request the gateway must not guard (server-side state such as ``previous_response_id``, an
+  ``n`` > 1, ...) is parsed with ``passthrough`` set to a short reason; it is forwarded as it
+  came, with the ``x-ctxbudget-passthrough`` header saying why.
+- Usage and stop reasons are returned in our vocabulary (`Usage`; ``"stop"``, ``"length"``,
+  ``"tool_calls"`` or the API's own word), or None when the reply or event holds none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ctxbudget.integrations._view import Translated
+from ctxbudget.messages.model import Request
+from ctxbudget.messages.usage import Usage
+
+__all__ = ["ErrorKind", "JsonBody", "Parsed", "WireApi", "first_text"]
+
+JsonBody = dict[str, Any]
+"""A request or reply body as read from JSON."""
+
+ErrorKind = str
+"""What went wrong, in the gateway's words; each API maps it to its own error type:
+``"invalid_request"`` (bad input, 400), ``"authentication"`` (401), ``"not_found"`` (404),
+``"too_large"`` (413), ``"context_length_exceeded"`` (the floor, an overflow that survived
+compaction), ``"upstream"`` (the upstream failed: 502), ``"timeout"`` (504)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Parsed:
+    """A request body read by a `WireApi`: our `Request` and what the gateway needs around it."""
+
+    request: Request
+    """The conversation as our values: system prompt, tools, messages (usage attached by the
+    gateway later), ``max_output_tokens`` as the client asked, ``model``."""
+    translated: Translated[Any]
+    """The wire items of the conversation and the messages each became (`translate`); the way
+    back for `WireApi.forward_body`."""
+    head: Any = None
+    """What frames the conversation outside its items (Responses' ``instructions``, Anthropic's
+    ``system``), JSON-serialisable, or None: part of the conversation's identity."""
+    stream: bool = False
+    """The client asked for a streamed reply."""
+    model: str | None = None
+    """The model the client named (the summary is written by it unless ``--summary-model``)."""
+    passthrough: str | None = None
+    """Why this request is forwarded unguarded (one short phrase), or None: it is guarded."""
+
+
+class WireApi(Protocol):
+    """One wire API (Chat Completions, Responses, Anthropic Messages) as the gateway speaks it."""
+
+    name: str
+    """Short name: ``"chat"``, ``"responses"``, ``"messages"``; also the namespace of its
+    conversations' keys in the state store."""
+    path: str
+    """The request path it serves, e.g. ``"/v1/chat/completions"``."""
+
+    def parse(self, body: JsonBody) -> Parsed:
+        """Read a request body (already JSON, depth-checked). Raises `InputError` (one line
+        naming the field) for a body this API cannot accept."""
+        ...
+
+    def forward_body(
+        self, body: JsonBody, parsed: Parsed, sent: Request, max_tokens: int | None
+    ) -> JsonBody:
+        """The body to send upstream for ``sent`` (the request the budget session decided on):
+        ``body`` with its conversation replaced by ``sent.messages`` mapped back through
+        ``parsed.translated`` (unchanged items verbatim, compacted ones rebuilt). Every other
+        field stays as the client sent it; ``max_tokens`` not None replaces the reply limit
+        (a clamp), None leaves it as sent. Returns a new dict; ``body`` is not changed."""
+        ...
+
+    def usage(self, reply: JsonBody) -> Usage | None:
+        """The usage of a whole (non-streamed) reply body, or None when it has none."""
+        ...
+
+    def stop_reason(self, reply: JsonBody) -> str | None:
+        """Why a whole reply stopped (``"length"`` when cut by its token limit), or None."""
+        ...
+
+    def stream_usage(self, event: str | None, data: str) -> Usage | None:
+        """The usage one streamed event carries (``event`` its SSE ``event:`` name or None,
+        ``data`` its data), or None. Where an API reports usage in parts (Anthropic: input at
+        the start, output at the end), each part is returned and the caller merges them, the
+        later non-zero counts winning."""
+        ...
+
+    def stream_stop_reason(self, event: str | None, data: str) -> str | None:
+        """Why a streamed reply stopped, when ``event`` says it, else None."""
+        ...
+
+    def prepare_stream(self, body: JsonBody) -> tuple[JsonBody, bool]:
+        """``body`` as sent upstream for a streamed request, and whether the gateway added a
+        usage report the client did not ask for (Chat Completions'
+        ``stream_options.include_usage``): then events for which `is_extra_usage_event` is true
+        are kept from the client."""
+        ...
+
+    def is_extra_usage_event(self, event: str | None, data: str) -> bool:
+        """True for an event that exists only because `prepare_stream` asked for usage."""
+        ...
+
+    def error(self, status: int, kind: ErrorKind, message: str) -> tuple[int, JsonBody]:
+        """The (status, body) of an error in this API's own shape; ``message`` is one line."""
+        ...
+
+    def summary_body(self, model: str, request: Request, max_tokens: int) -> JsonBody:
+        """The upstream body asking ``model`` for ``request`` (a compaction's summarizer
+        request: a system prompt and one user message), its reply held to ``max_tokens``,
+        never streamed."""
+        ...
+
+    def summary_text(self, reply: JsonBody) -> str:
+        """The text of the reply to `summary_body` ("" when it holds none)."""
+        ...
+
+
+def first_text(value: Mapping[str, Any] | None, *keys: str) -> str | None:
+    """Walk ``value`` by ``keys`` (a key or a list index as digits) to a string, or None."""
+    current: Any = value
+    for key in keys:
+        if isinstance(current, Mapping):
+            current = current.get(key)
+        elif isinstance(current, list) and key.isdigit() and int(key) < len(current):
+            current = current[int(key)]
+        else:
+            return None
+    return current if isinstance(current, str) else None

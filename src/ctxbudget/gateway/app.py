@@ -1,0 +1,569 @@
+"""The gateway as an ASGI application: `create_app(config) -> Starlette`.
+
+Routes:
+
+- ``POST`` on each `WireApi`'s path (``/v1/chat/completions``...): guarded. The body is read
+  under a size cap, parsed with a depth cap, read by the API module, matched to its
+  conversation, and sent through the conversation's `BudgetSession.arun` (the one budget loop:
+  floor, rule, compaction, overflow recovery, retry once); the reply is passed back as it came,
+  streamed event by event, with the ``x-ctxbudget-*`` headers saying what was done.
+- ``GET /ctxbudget/status``: the conversations as JSON.
+- Every other path and method: passed through to the upstream unchanged (body capped).
+
+Errors leave in the client's API's own shape (`WireApi.error`); the upstream's own errors that
+are not overflows are passed back as they came. With a client key configured every route asks
+for it (``Authorization: Bearer KEY`` or ``x-api-key: KEY``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hmac
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ctxbudget.agent.budget_session import Reply
+from ctxbudget.agent.session_store import SqliteSessionStore
+from ctxbudget.budget.floor import one_line
+from ctxbudget.errors import (
+    CompactionError,
+    ConfigError,
+    ContextOverflowError,
+    CtxbudgetError,
+    InputError,
+    PromptFloorExceeded,
+)
+from ctxbudget.gateway.api import JsonBody, Parsed, WireApi
+from ctxbudget.gateway.chat import CHAT
+from ctxbudget.gateway.config import GatewayConfig
+from ctxbudget.gateway.conversations import Conversation, Conversations
+from ctxbudget.gateway.discover import discover_window
+from ctxbudget.gateway.sse import SseParser
+from ctxbudget.gateway.upstream import StreamReply, Upstream, UpstreamError
+from ctxbudget.messages.jsondepth import json_depth
+from ctxbudget.messages.model import Request
+from ctxbudget.messages.usage import Usage
+from ctxbudget.providers.endpoint import provider_name_for
+from ctxbudget.providers.overflow import classify_error, server_error_text
+
+__all__ = ["DEFAULT_APIS", "Gateway", "create_app"]
+
+log = logging.getLogger("ctxbudget.gateway")
+
+DEFAULT_APIS: tuple[WireApi, ...] = (CHAT,)
+"""The wire APIs served when `create_app` is given none."""
+STATUS_PATH = "/ctxbudget/status"
+_MOCK_WINDOW = 8192
+"""The embedded mock model's window when ``--window`` is not given."""
+
+
+class _Refused(Exception):
+    """A request answered with an error before it reaches the upstream."""
+
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
+@dataclass(slots=True)
+class _Forwarded:
+    """What one send to the upstream gave: the request sent, its count, and the reply (read
+    whole, or open as a stream)."""
+
+    sent: Request
+    tokens: int
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes = b""
+    json: JsonBody | None = None
+    stream: StreamReply | None = None
+    strip_usage: bool = False
+
+
+class Gateway:
+    """The gateway's parts: upstream client, state store, conversations, window."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        apis: Sequence[WireApi] = DEFAULT_APIS,
+        transport: httpx.AsyncBaseTransport | None = None,
+        store: Any = None,
+    ) -> None:
+        self.config = config
+        self.apis = {api.path: api for api in apis}
+        if transport is None and config.is_mock:
+            transport = _mock_transport(config)
+        self.upstream = Upstream(config, transport)
+        self.store = store if store is not None else SqliteSessionStore(config.state)
+        self.window: int | None = config.window or (_MOCK_WINDOW if config.is_mock else None)
+        self.window_source = "--window" if config.window else None
+        self._conversations: Conversations | None = None
+        self._ready = asyncio.Lock()
+        self.summary_calls = 0
+        """Summary requests sent upstream so far (tests and the status page read it)."""
+
+    async def conversations(self) -> Conversations:
+        """The conversations, once the window is known (discovered on first use)."""
+        if self._conversations is not None:
+            return self._conversations
+        async with self._ready:
+            if self._conversations is None:
+                window = self.window
+                if window is None:
+                    found = await discover_window(self.upstream, self.upstream.headers(()))
+                    if found is None:
+                        raise ConfigError(
+                            f"the window of the upstream at {self.upstream.shown()} is unknown: "
+                            "it answers none of llama.cpp's /props, vLLM's /v1/models, LM "
+                            "Studio's /api/v0/models or Ollama's /api/ps; pass --window N"
+                        )
+                    window, self.window_source = found.window, found.source
+                self.window = window
+                self._conversations = Conversations(
+                    self.config,
+                    self.store,
+                    window=window,
+                    provider_name=None
+                    if self.config.is_mock
+                    else provider_name_for(self.upstream.base_url),
+                    base_url=None if self.config.is_mock else self.upstream.shown(),
+                )
+        return self._conversations
+
+    async def aclose(self) -> None:
+        """Close the archives, the store and the upstream client."""
+        if self._conversations is not None:
+            self._conversations.close()
+        await self.upstream.aclose()
+        close = getattr(self.store, "close", None)
+        if callable(close):
+            close()
+
+    # -- the guarded path --------------------------------------------------------------------------
+
+    async def guarded(self, http: HttpRequest, api: WireApi) -> Response:
+        """``POST`` on an API's path."""
+        try:
+            self.check_key(http)
+            raw = await self.read_body(http)
+            body = self.parse_json(raw)
+            try:
+                parsed = api.parse(body)
+            except InputError as exc:
+                raise _Refused(400, "invalid_request", one_line(str(exc))) from None
+            if parsed.passthrough is not None:
+                return await self.forward(http, raw, passthrough=parsed.passthrough)
+            conversations = await self.conversations()
+            conversation = await conversations.find(api.name, parsed)
+            return await self._run(http, api, raw, body, parsed, conversations, conversation)
+        except _Refused as exc:
+            return _error(api, exc.status, exc.kind, str(exc))
+        except PromptFloorExceeded as exc:
+            return _error(api, 400, "context_length_exceeded", one_line(str(exc)))
+        except CompactionError as exc:
+            return _error(api, 400, "context_length_exceeded", one_line(str(exc)))
+        except UpstreamError as exc:
+            return _error(api, exc.status, exc.kind, str(exc))
+        except InputError as exc:
+            return _error(api, 400, "invalid_request", one_line(str(exc)))
+        except CtxbudgetError as exc:
+            log.warning("gateway error: %s", one_line(str(exc)))
+            return _error(api, 500, "upstream", one_line(str(exc)))
+
+    async def _run(
+        self,
+        http: HttpRequest,
+        api: WireApi,
+        raw: bytes,
+        body: JsonBody,
+        parsed: Parsed,
+        conversations: Conversations,
+        conversation: Conversation,
+    ) -> Response:
+        session = conversation.session
+        messages = conversations.attach_usage(conversation, parsed.request.messages)
+        request = parsed.request.with_messages(messages)
+        if request.max_output_tokens is None:
+            request = dataclasses.replace(request, max_output_tokens=session.max_output_tokens)
+        headers = self.upstream.headers(http.headers.items())
+        headers["content-type"] = "application/json"
+        model = self.config.summary_model or parsed.model or ""
+        summarizer = _UpstreamSummarizer(self, api, model, headers, session.window)
+
+        async def send(sent: Request) -> _Forwarded:
+            return await self._send(api, raw, body, parsed, request, sent, headers, session)
+
+        def read_reply(result: _Forwarded) -> Reply | None:
+            if result.json is None:
+                return None
+            usage = api.usage(result.json)
+            stop = api.stop_reason(result.json)
+            return None if usage is None or stop is None else Reply(usage, stop)
+
+        result = await session.arun(
+            request, send, summarizer=summarizer, reply=read_reply, new_turn=True
+        )
+        conversations.sent(conversation, parsed, api.name)
+        conversation.last_tokens = result.tokens
+        out_headers = {
+            **dict(result.headers),
+            "x-ctxbudget-tokens": str(result.tokens),
+            "x-ctxbudget-window": str(session.window),
+            "x-ctxbudget-compacted": "0" if result.sent.messages is request.messages else "1",
+            "x-ctxbudget-conversation": conversation.id,
+        }
+        if result.stream is not None:
+            return StreamingResponse(
+                self._stream(api, result, conversations, conversation),
+                status_code=result.status,
+                headers=out_headers,
+            )
+        if result.json is not None and result.status < 400:
+            usage = api.usage(result.json)
+            if usage is not None:
+                conversation.memory.usage = session.record(usage, prompt_tokens=result.tokens)
+        await asyncio.to_thread(conversations.save, conversation)
+        return Response(result.body, status_code=result.status, headers=out_headers)
+
+    async def _send(
+        self,
+        api: WireApi,
+        raw: bytes,
+        body: JsonBody,
+        parsed: Parsed,
+        request: Request,
+        sent: Request,
+        headers: dict[str, str],
+        session: Any,
+    ) -> _Forwarded:
+        """Send ``sent`` upstream; an overflow is raised as `ContextOverflowError` (the session
+        recovers and retries once), any other error reply is returned to be passed back."""
+        unchanged = sent.messages is request.messages
+        forward = body if unchanged else api.forward_body(body, parsed, sent, None)
+        strip = False
+        if parsed.stream:
+            forward, strip = api.prepare_stream(forward)
+        # The body as received when nothing changed: no second serialisation.
+        content = raw if forward is body else orjson.dumps(forward)
+        count = await asyncio.to_thread(session.counter.count, sent)
+        tokens = int(count.total)
+        reply = await self.upstream.open("POST", api.path, headers=headers, content=content)
+        if reply.status >= 400:
+            try:
+                text = await reply.read()
+            finally:
+                await reply.aclose()
+            found = _overflow(reply.status, text)
+            if found is not None:
+                raise found
+            return _Forwarded(sent, tokens, reply.status, reply.headers, body=text)
+        if parsed.stream:
+            return _Forwarded(
+                sent, tokens, reply.status, reply.headers, stream=reply, strip_usage=strip
+            )
+        try:
+            data = await reply.read()
+        finally:
+            await reply.aclose()
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            value = None
+        return _Forwarded(
+            sent,
+            tokens,
+            reply.status,
+            reply.headers,
+            body=data,
+            json=value if isinstance(value, dict) else None,
+        )
+
+    async def _stream(
+        self,
+        api: WireApi,
+        result: _Forwarded,
+        conversations: Conversations,
+        conversation: Conversation,
+    ) -> AsyncIterator[bytes]:
+        """The upstream's events as they arrive, less the usage chunk the gateway asked for;
+        the usage is recorded when the stream ends (also when the client went away)."""
+        assert result.stream is not None
+        parser = SseParser()
+        usage: Usage | None = None
+        stop: str | None = None
+        try:
+            async for chunk in result.stream.chunks():
+                out: list[bytes] = []
+                for event in parser.feed(chunk):
+                    if event.data is not None:
+                        usage = api.stream_usage(event.name, event.data) or usage
+                        stop = api.stream_stop_reason(event.name, event.data) or stop
+                        if result.strip_usage and api.is_extra_usage_event(event.name, event.data):
+                            continue
+                    out.append(event.raw)
+                if out:
+                    yield b"".join(out)
+            rest = parser.flush()
+            if rest:
+                yield rest
+        except UpstreamError as exc:
+            # The status line is gone: the error travels as the stream's last event.
+            _, error = api.error(exc.status, exc.kind, str(exc))
+            yield b"data: " + orjson.dumps(error) + b"\n\n"
+        finally:
+            with anyio.CancelScope(shield=True):
+                await result.stream.aclose()
+                await asyncio.to_thread(
+                    self._streamed, conversations, conversation, result.sent, usage, stop
+                )
+
+    def _streamed(
+        self,
+        conversations: Conversations,
+        conversation: Conversation,
+        sent: Request,
+        usage: Usage | None,
+        stop: str | None,
+    ) -> None:
+        """After a stream: record its usage, run the silent-overflow checks `arun` runs on a
+        whole reply (a window they find is adopted; the next request compacts under it), save."""
+        session = conversation.session
+        if usage is not None:
+            recorded = session.record(usage, prompt_tokens=conversation.last_tokens)
+            conversation.memory.usage = recorded
+            if stop is not None and session.cut(sent, Reply(usage, stop)) is None:
+                session.check_truncation(sent, usage)
+        conversations.save(conversation)
+
+    # -- request checks ------------------------------------------------------------------------
+
+    def check_key(self, http: HttpRequest) -> None:
+        """Refuse a request without the client key (when one is configured)."""
+        key = self.config.client_key
+        if key is None:
+            return
+        given = http.headers.get("x-api-key") or ""
+        auth = http.headers.get("authorization") or ""
+        if auth.lower().startswith("bearer "):
+            given = auth[7:].strip()
+        if not hmac.compare_digest(given.encode(), key.encode()):
+            raise _Refused(401, "authentication", "missing or wrong API key for this gateway")
+
+    async def read_body(self, http: HttpRequest) -> bytes:
+        """The request body, refused past ``max_body_bytes`` without reading the rest."""
+        cap = self.config.max_body_bytes
+        declared = http.headers.get("content-length")
+        too_large = _Refused(
+            413, "too_large", f"request body over the gateway's cap of {cap:,} bytes"
+        )
+        if declared is not None and declared.isdigit() and int(declared) > cap:
+            raise too_large
+        parts: list[bytes] = []
+        size = 0
+        try:
+            async for chunk in http.stream():
+                size += len(chunk)
+                if size > cap:
+                    raise too_large
+                parts.append(chunk)
+        except ClientDisconnect:
+            raise _Refused(400, "invalid_request", "the client went away mid-body") from None
+        return b"".join(parts)
+
+    def parse_json(self, raw: bytes) -> JsonBody:
+        """The body as a JSON object, refused when it is not JSON or nests too deep."""
+        depth = self.config.max_json_depth
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            if "recursion" in str(exc).lower():
+                raise _Refused(400, "invalid_request", _too_deep(depth)) from None
+            raise _Refused(400, "invalid_request", f"request body is not JSON ({exc})") from None
+        if json_depth(value, depth) > depth:
+            raise _Refused(400, "invalid_request", _too_deep(depth))
+        if not isinstance(value, dict):
+            raise _Refused(400, "invalid_request", "request body must be a JSON object")
+        return value
+
+    # -- everything else -----------------------------------------------------------------------
+
+    async def forward(
+        self, http: HttpRequest, raw: bytes | None = None, *, passthrough: str | None = None
+    ) -> Response:
+        """``http`` sent upstream as it came; the reply streamed back as it comes."""
+        try:
+            self.check_key(http)
+            if raw is None:
+                raw = await self.read_body(http)
+            reply = await self.upstream.open(
+                http.method,
+                http.url.path,
+                headers=self.upstream.headers(http.headers.items()),
+                content=raw or None,
+                query=http.url.query,
+            )
+        except _Refused as exc:
+            return _error(CHAT, exc.status, exc.kind, str(exc))
+        except UpstreamError as exc:
+            return _error(CHAT, exc.status, exc.kind, str(exc))
+        headers = dict(reply.headers)
+        if passthrough is not None:
+            headers["x-ctxbudget-passthrough"] = passthrough
+        return StreamingResponse(
+            _passed(reply), status_code=reply.status, headers=headers, background=None
+        )
+
+    async def status(self, http: HttpRequest) -> Response:
+        """``GET /ctxbudget/status``: the upstream, the window and the live conversations."""
+        try:
+            self.check_key(http)
+        except _Refused as exc:
+            return _error(CHAT, exc.status, exc.kind, str(exc))
+        conversations = self._conversations
+        return JSONResponse(
+            {
+                "upstream": self.upstream.shown(),
+                "window": self.window,
+                "window_source": self.window_source,
+                "summary_calls": self.summary_calls,
+                "conversations": [] if conversations is None else conversations.status(),
+            }
+        )
+
+
+async def _passed(reply: StreamReply) -> AsyncIterator[bytes]:
+    """A passed-through body: chunks as they come; an error mid-way ends it."""
+    try:
+        async for chunk in reply.chunks():
+            yield chunk
+    except UpstreamError as exc:
+        log.warning("passthrough ended early: %s", exc)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await reply.aclose()
+
+
+class _UpstreamSummarizer:
+    """Summaries written by the upstream model through the client's own API (the model the
+    request names, or ``--summary-model``). Called from compaction's worker thread; the request
+    runs on the gateway's event loop."""
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        api: WireApi,
+        model: str,
+        headers: dict[str, str],
+        window: int,
+    ) -> None:
+        self.gateway = gateway
+        self.api = api
+        self.model = model
+        self.headers = headers
+        self.window = window
+        """The largest request the summary may be: compaction fits its request to it."""
+        self.loop = asyncio.get_running_loop()
+
+    def summarize(self, request: Request) -> str:
+        """The upstream's summary for the summarizer ``request``."""
+        call = self._call(request)
+        return asyncio.run_coroutine_threadsafe(call, self.loop).result()
+
+    async def _call(self, request: Request) -> str:
+        max_tokens = request.max_output_tokens or 1024
+        body = self.api.summary_body(self.model, request, max_tokens)
+        self.gateway.summary_calls += 1
+        reply = await self.gateway.upstream.request(
+            "POST", self.api.path, headers=self.headers, content=orjson.dumps(body)
+        )
+        text = reply.body.decode("utf-8", errors="replace")
+        if reply.status >= 400:
+            found = _overflow(reply.status, reply.body)
+            if found is not None:
+                raise CompactionError(f"the summary request overflowed: {one_line(str(found))}")
+            raise UpstreamError(
+                "upstream",
+                f"the upstream refused the summary request ({reply.status}: "
+                f"{server_error_text(text)})",
+            )
+        try:
+            value = orjson.loads(reply.body)
+        except orjson.JSONDecodeError:
+            raise UpstreamError("upstream", "the summary reply is not JSON") from None
+        return self.api.summary_text(value) if isinstance(value, dict) else ""
+
+
+def _overflow(status: int, body: bytes) -> ContextOverflowError | None:
+    """An upstream error body read as an overflow, by ctxbudget's table of server messages."""
+    found = classify_error(status, body.decode("utf-8", errors="replace"))
+    return found if isinstance(found, ContextOverflowError) else None
+
+
+def _too_deep(depth: int) -> str:
+    return f"request body nests deeper than {depth} levels; no real request does"
+
+
+def _error(api: WireApi, status: int, kind: str, message: str) -> Response:
+    status, body = api.error(status, kind, message)
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _mock_transport(config: GatewayConfig) -> httpx.AsyncBaseTransport:
+    from ctxbudget.gateway.mock_upstream import mock_app
+    from ctxbudget.providers.mock import MockProvider
+
+    provider = MockProvider("chat", window=config.window or _MOCK_WINDOW)
+    return httpx.ASGITransport(app=mock_app(provider))
+
+
+def create_app(
+    config: GatewayConfig,
+    *,
+    apis: Sequence[WireApi] = DEFAULT_APIS,
+    transport: httpx.AsyncBaseTransport | None = None,
+    store: Any = None,
+) -> Starlette:
+    """The gateway for ``config`` as a Starlette app (``app.state.gateway`` is its `Gateway`).
+
+    ``transport`` replaces the network to the upstream (tests; the mock model); ``store`` the
+    SQLite state store (any `SessionStore`)."""
+    gateway = Gateway(config, apis=apis, transport=transport, store=store)
+
+    def guarded_route(api: WireApi) -> Route:
+        async def endpoint(http: HttpRequest) -> Response:
+            return await gateway.guarded(http, api)
+
+        return Route(api.path, endpoint, methods=["POST"])
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await gateway.aclose()
+
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+    app = Starlette(
+        routes=[
+            *(guarded_route(api) for api in apis),
+            Route(STATUS_PATH, gateway.status, methods=["GET"]),
+            Route("/{path:path}", gateway.forward, methods=methods),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.gateway = gateway
+    return app

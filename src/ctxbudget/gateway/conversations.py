@@ -1,0 +1,280 @@
+"""Conversation identity without the client's help, and one `BudgetSession` per conversation.
+
+Clients resend the whole history on every call. A conversation is recognised by what it
+starts with:
+
+- In memory, each live conversation is known by the chain digest of the item list it last
+  sent (`item_chain`: one digest per prefix, each the hash of the one before and the next item,
+  so all prefixes of a request cost one pass). A request whose list starts with a live
+  conversation's last list continues it. A request that does not (a client that edited an
+  earlier message, a new task) is a new conversation: the budget decisions of one never leak
+  into another, and two conversations never share a compacted view unless they start with the
+  very same messages (then the view is the same too).
+- In the store, a conversation's state is saved under ``API:ID``, its ID the chain digest of
+  the list it was first seen with, so after a restart (or after it left memory) a request is
+  matched by looking up its own prefixes' digests, longest first. A state found is taken only
+  when the prefix its compaction replaced (`SessionState.prefix`, by `prefix_digest`) is still
+  the request's prefix, so the stored compaction is reused with no second summary call.
+
+The compacted view itself, the decision to compact and the retry are the session's: the same
+contract `guard_openai` has (`BudgetSession.prepare` replaces the prefix by its view).
+
+Each conversation's archive (the existing format, append-only, created 0600) is
+``archives/API-ID.jsonl`` next to the state file; ``ctxbudget replay`` reads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ctxbudget.agent.budget_session import BudgetSession, SessionState, SessionStore, prefix_digest
+from ctxbudget.budget.context import RequestCounterLike
+from ctxbudget.compaction.archive import Archive
+from ctxbudget.compaction.archive_file import open_regular
+from ctxbudget.errors import ArchiveError
+from ctxbudget.gateway.api import Parsed
+from ctxbudget.gateway.config import GatewayConfig
+from ctxbudget.integrations._view import UsageMemory
+from ctxbudget.messages.model import Message
+
+__all__ = ["MAX_STORE_LOOKUPS", "Conversation", "Conversations", "item_chain"]
+
+MAX_STORE_LOOKUPS = 4096
+"""The most prefixes of one request looked up in the store (longest first): a conversation
+resumed after a restart is found by the list it was first seen with, which is rarely longer."""
+
+
+def item_chain(api: str, head: Any, items: Sequence[Any]) -> list[bytes]:
+    """The identity of each prefix of ``items``: ``out[i]`` stands for ``items[: i + 1]`` (with
+    the ``head`` that frames them, in API ``api``). Items are hashed as canonical JSON (sorted
+    keys), so a client that reorders an object's keys is still recognised."""
+    state = hashlib.blake2b(
+        api.encode() + b"\0" + orjson.dumps(head, option=orjson.OPT_SORT_KEYS), digest_size=16
+    ).digest()
+    out: list[bytes] = []
+    for item in items:
+        state = hashlib.blake2b(
+            state + orjson.dumps(item, option=orjson.OPT_SORT_KEYS), digest_size=16
+        ).digest()
+        out.append(state)
+    return out
+
+
+@dataclass(slots=True, eq=False)
+class Conversation:
+    """One conversation: its session, archive, the usage of its last reply, and its numbers."""
+
+    id: str
+    api: str
+    session: BudgetSession
+    archive: Archive | None
+    memory: UsageMemory = field(default_factory=UsageMemory)
+    """The last list sent (as the client sent it) and the usage of its reply."""
+    endpoint: bytes | None = None
+    """The chain digest of the list this conversation last sent."""
+    requests: int = 0
+    last_tokens: int = 0
+    """What was counted for the last request forwarded."""
+    last_client_tokens: int = 0
+    """What the client's own list counted, before any compaction (0 when not counted)."""
+    created: float = field(default_factory=time.time)
+    updated: float = field(default_factory=time.time)
+
+    @property
+    def key(self) -> str:
+        """The state store's key."""
+        return f"{self.api}:{self.id}"
+
+    def status(self) -> dict[str, Any]:
+        """This conversation for ``GET /ctxbudget/status``."""
+        report = self.session.report()
+        return {
+            "id": self.id,
+            "api": self.api,
+            "requests": self.requests,
+            "window": report["window"],
+            "tokens": self.last_tokens,
+            "overflows": report["overflows"],
+            "compactions": len(report["compactions"]),
+            "summaries": len(self.session.summaries),
+            "created": self.created,
+            "updated": self.updated,
+        }
+
+
+class Conversations:
+    """Every conversation of one gateway: found or created per request, saved after each."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        store: SessionStore,
+        *,
+        window: int,
+        provider_name: str | None = None,
+        base_url: str | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.window = window
+        self.provider_name = provider_name
+        self.base_url = base_url
+        self.archive_dir = config.archive_dir or _default_archive_dir(config)
+        self._live: OrderedDict[str, Conversation] = OrderedDict()
+        """Live conversations by key, least recently used first."""
+        self._by_endpoint: dict[bytes, Conversation] = {}
+        self._lock = threading.Lock()
+
+    # -- finding ---------------------------------------------------------------------------------
+
+    async def find(self, api: str, parsed: Parsed) -> Conversation:
+        """The conversation ``parsed`` continues, else a new one."""
+        chain = item_chain(api, parsed.head, parsed.translated.items)
+        with self._lock:
+            for digest in reversed(chain):
+                found = self._by_endpoint.get(digest)
+                if found is not None:
+                    self._live.move_to_end(found.key)
+                    return found
+        return await asyncio.to_thread(self._resume_or_create, api, parsed, chain)
+
+    def _resume_or_create(self, api: str, parsed: Parsed, chain: list[bytes]) -> Conversation:
+        messages = parsed.request.messages
+        for digest in list(reversed(chain))[:MAX_STORE_LOOKUPS]:
+            key = f"{api}:{digest.hex()}"
+            with self._lock:
+                if key in self._live:
+                    continue  # live, and this list does not continue it: an edit
+            state = self.store.load(key)
+            if state is not None and _prefix_holds(state, messages):
+                return self._register(api, digest.hex(), parsed, state)
+        return self._register(api, chain[-1].hex() if chain else "empty", parsed, None)
+
+    def _register(
+        self, api: str, conversation_id: str, parsed: Parsed, state: SessionState | None
+    ) -> Conversation:
+        with self._lock:
+            key = f"{api}:{conversation_id}"
+            suffix = 1
+            while key in self._live:  # a new list equal to an older one of a live conversation
+                suffix += 1
+                key = f"{api}:{conversation_id}-{suffix}"
+            conversation_id = key.split(":", 1)[1]
+            session = self._session(parsed, f"{api}-{conversation_id}")
+            if state is not None:
+                session.apply(state)
+            conversation = Conversation(
+                id=conversation_id, api=api, session=session, archive=session.archive
+            )
+            self._live[key] = conversation
+            self._evict()
+            return conversation
+
+    def _session(self, parsed: Parsed, name: str) -> BudgetSession:
+        from ctxbudget.counting import RequestCounter  # loads a vocabulary on first use
+
+        tokenizer = self.config.tokenizer
+        counter: RequestCounterLike = RequestCounter(tokenizer, model=parsed.model)
+        return BudgetSession(
+            window=self.window,
+            counter=counter,
+            policy=self.config.policy,
+            strategy=self.config.strategy,
+            archive=self._archive(name),
+            max_output_tokens=self.config.max_output_tokens,
+            provider_name=self.provider_name,
+            base_url=self.base_url,
+        )
+
+    def _archive(self, name: str) -> Archive:
+        path = self.archive_dir / f"{name}.jsonl"
+        _create_private(path)
+        return Archive(path)
+
+    def _evict(self) -> None:
+        """Keep at most ``max_live_conversations`` in memory (called with the lock held); the
+        one dropped was saved after its last request and is found again in the store."""
+        while len(self._live) > self.config.max_live_conversations:
+            _, old = self._live.popitem(last=False)
+            if old.endpoint is not None and self._by_endpoint.get(old.endpoint) is old:
+                del self._by_endpoint[old.endpoint]
+            if old.archive is not None:
+                old.archive.close()
+
+    # -- after a request ---------------------------------------------------------------------------
+
+    def sent(self, conversation: Conversation, parsed: Parsed, api: str) -> None:
+        """``parsed`` was forwarded for ``conversation``: its list is the one a next request
+        continues, and the usage of its reply will attach to the reply that follows it."""
+        chain = item_chain(api, parsed.head, parsed.translated.items)
+        with self._lock:
+            old = conversation.endpoint
+            if old is not None and self._by_endpoint.get(old) is conversation:
+                del self._by_endpoint[old]
+            conversation.endpoint = chain[-1] if chain else None
+            if conversation.endpoint is not None:
+                self._by_endpoint[conversation.endpoint] = conversation
+            conversation.memory.sent = parsed.request.messages
+            conversation.memory.usage = None
+            conversation.requests += 1
+            conversation.updated = time.time()
+
+    def save(self, conversation: Conversation) -> None:
+        """Save the conversation's state (blocking: call it from a worker thread)."""
+        conversation.session.save(self.store, conversation.key)
+
+    def attach_usage(self, conversation: Conversation, messages: tuple[Message, ...]) -> Any:
+        """``messages`` with the last reply's usage on that reply (the usage-first base)."""
+        return conversation.memory.attach(messages)
+
+    def status(self) -> list[dict[str, Any]]:
+        """Every live conversation, most recent first."""
+        with self._lock:
+            live = list(self._live.values())
+        return [c.status() for c in reversed(live)]
+
+    def close(self) -> None:
+        """Close every archive (the states are saved after each request)."""
+        with self._lock:
+            for conversation in self._live.values():
+                if conversation.archive is not None:
+                    conversation.archive.close()
+            self._live.clear()
+            self._by_endpoint.clear()
+
+
+def _prefix_holds(state: SessionState, messages: tuple[Message, ...]) -> bool:
+    """True when ``state`` has no compacted prefix, or ``messages`` still start with it."""
+    prefix = state.prefix
+    if prefix is None:
+        return True
+    if not 0 < prefix.length <= len(messages):
+        return False
+    return prefix_digest(messages[: prefix.length]) == prefix.digest  # usage is left out
+
+
+def _default_archive_dir(config: GatewayConfig) -> Path:
+    from ctxbudget.agent.session_store import default_state_path
+
+    state = config.state or default_state_path()
+    return Path(state).parent / "archives"
+
+
+def _create_private(path: Path) -> None:
+    """Create ``path`` 0600 (its folder 0700) when missing, before the archive opens it."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArchiveError(f"{path.parent}: cannot create it ({exc.strerror})") from None
+    os.close(open_regular(path, os.O_WRONLY | os.O_CREAT, mode=0o600))

@@ -1,0 +1,261 @@
+"""The HTTP client to the upstream server: httpx's `AsyncClient` with deadlines and caps.
+
+Bounds (the provider's own, `ctxbudget.providers.limits`): connecting takes at most
+``connect_timeout``; a silence (before the first byte or between two) at most ``read_timeout``;
+one whole exchange, a streamed reply included, at most ``request_timeout``; a reply body at most
+``max_reply_bytes`` (an error body is cut at `ERROR_BODY_BYTES`, enough for every error text we
+know). Past a bound the exchange ends with `UpstreamError`, which the gateway answers in the
+client's API shape: a stalling upstream or a stream that never ends is an error, never a hang.
+
+Bodies are asked for uncompressed (``Accept-Encoding: identity``), so a cap on bytes read is a
+cap on what is parsed, and what is passed through is exactly what was read.
+
+Keys. With ``upstream_key`` set, it is the only credential sent upstream (``Authorization:
+Bearer``; the client's own ``Authorization`` / ``x-api-key`` are dropped). Without it, the
+client's headers go upstream as they came, except when clients present a gateway key: that key
+is the gateway's and is never forwarded. The key is held in this object only, never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from ctxbudget.gateway.config import GatewayConfig
+from ctxbudget.providers.transport import ERROR_BODY_BYTES
+
+__all__ = ["HOP_BY_HOP", "StreamReply", "Upstream", "UpstreamError", "UpstreamReply"]
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "content-encoding",
+        "accept-encoding",
+    }
+)
+"""Headers that describe one connection or one encoding, never copied from one side to the
+other (RFC 9110 section 7.6.1, plus the lengths and encodings httpx and the server set)."""
+_AUTH_HEADERS = frozenset({"authorization", "x-api-key"})
+
+
+class UpstreamError(Exception):
+    """The upstream could not be reached, stalled, or sent more than a cap: ``kind`` is
+    ``"upstream"`` (502), ``"timeout"`` (504) or ``"too_large"`` (502)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = 504 if kind == "timeout" else 502
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamReply:
+    """A whole reply: status, the headers worth passing back, and the body read."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+
+class StreamReply:
+    """A reply whose status and headers have arrived; `chunks` yields its body as it comes,
+    within the exchange's deadline and the byte cap. Always `aclose` it (the `Upstream`
+    methods that open one say so)."""
+
+    def __init__(self, response: httpx.Response, deadline: float, max_bytes: int) -> None:
+        self.response = response
+        self.status = response.status_code
+        self.headers = passed_headers(response.headers.multi_items())
+        self._deadline = deadline
+        self._max_bytes = max_bytes
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive. Raises `UpstreamError` at the deadline, after a
+        silence of ``read_timeout``, on a broken connection, or past the byte cap."""
+        received = 0
+        iterator = self.response.aiter_raw()
+        while True:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise _deadline_error()
+            try:
+                # A timeout scope per read (not one spanning the yields, which would cancel
+                # whatever the consumer awaits when it fires).
+                async with asyncio.timeout(left):
+                    chunk = await anext(iterator)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise _deadline_error() from None
+            except httpx.TimeoutException:
+                raise UpstreamError("timeout", "the upstream went silent mid-reply") from None
+            except httpx.HTTPError as exc:
+                raise UpstreamError("upstream", f"the upstream's reply broke off ({exc})") from None
+            received += len(chunk)
+            if received > self._max_bytes:
+                raise UpstreamError(
+                    "too_large",
+                    f"the upstream's reply passed {self._max_bytes:,} bytes; stopped reading",
+                )
+            yield chunk
+
+    async def read(self) -> bytes:
+        """The whole body (an error body cut at `ERROR_BODY_BYTES`)."""
+        parts: list[bytes] = []
+        size = 0
+        cut = self.status >= 400
+        async for chunk in self.chunks():
+            parts.append(chunk)
+            size += len(chunk)
+            if cut and size >= ERROR_BODY_BYTES:
+                break
+        body = b"".join(parts)
+        return body[:ERROR_BODY_BYTES] if cut else body
+
+    async def aclose(self) -> None:
+        """Close the response (its connection goes back to the pool, or is dropped)."""
+        await self.response.aclose()
+
+
+def _deadline_error() -> UpstreamError:
+    return UpstreamError("timeout", "the upstream's reply was still arriving at the deadline")
+
+
+def passed_headers(headers: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """``headers`` without the hop-by-hop ones: what passes from one side to the other."""
+    return tuple((k, v) for k, v in headers if k.lower() not in HOP_BY_HOP)
+
+
+class Upstream:
+    """The upstream at ``config.upstream`` (its base URL, ``/v1`` included), or any httpx
+    ``transport`` (the embedded mock model's ASGI app, a test's)."""
+
+    def __init__(
+        self, config: GatewayConfig, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        self.config = config
+        base = "http://mock/v1" if config.is_mock else config.upstream.rstrip("/")
+        self.base_url = base
+        parts = urlsplit(base)
+        self.origin = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+        self._base_path = parts.path.rstrip("/")
+        seconds = config.read_timeout
+        self.client = httpx.AsyncClient(
+            transport=transport,
+            timeout=httpx.Timeout(seconds, connect=config.connect_timeout),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            follow_redirects=False,
+            # Proxy settings from the environment are not taken: the upstream is usually on
+            # loopback, which a proxy would not reach.
+            trust_env=False,
+        )
+
+    def url(self, path: str) -> str:
+        """The upstream URL for a gateway ``path``: ``/v1/...`` under the base URL (whatever
+        its own path), anything else (``/props``, ``/api/ps``) under the server's origin."""
+        if path == "/v1" or path.startswith("/v1/"):
+            return self.base_url + path[3:]
+        return self.origin + path
+
+    def headers(self, client_headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+        """The headers to send upstream for a client request's ``client_headers``."""
+        key = self.config.upstream_key
+        drop_auth = key is not None or self.config.client_key is not None
+        out: dict[str, str] = {}
+        for name, value in client_headers:
+            lower = name.lower()
+            if lower in HOP_BY_HOP or (drop_auth and lower in _AUTH_HEADERS):
+                continue
+            out[lower] = value
+        out["accept-encoding"] = "identity"
+        if key is not None:
+            out["authorization"] = f"Bearer {key}"
+        return out
+
+    async def open(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: Mapping[str, str],
+        content: bytes | None = None,
+        query: str = "",
+        timeout: float | None = None,
+        max_bytes: int | None = None,
+    ) -> StreamReply:
+        """Send a request and return once the status and headers arrived (the caller reads
+        and closes the body). Raises `UpstreamError` when the upstream cannot be reached or is
+        silent past ``read_timeout``. ``timeout`` and ``max_bytes`` replace the configured
+        ``request_timeout`` and ``max_reply_bytes`` (smaller ones, for window discovery)."""
+        seconds = self.config.request_timeout if timeout is None else timeout
+        deadline = time.monotonic() + seconds
+        url = self.url(path) + (f"?{query}" if query else "")
+        request = self.client.build_request(method, url, headers=dict(headers), content=content)
+        try:
+            async with asyncio.timeout(seconds):
+                response = await self.client.send(request, stream=True)
+        except TimeoutError:
+            raise _deadline_error() from None
+        except httpx.TimeoutException:
+            raise UpstreamError(
+                "timeout",
+                f"the upstream at {self.shown()} did not answer within "
+                f"{self.config.read_timeout:g} s",
+            ) from None
+        except httpx.HTTPError as exc:
+            raise UpstreamError(
+                "upstream", f"the upstream at {self.shown()} cannot be reached ({exc})"
+            ) from None
+        cap = self.config.max_reply_bytes if max_bytes is None else max_bytes
+        return StreamReply(response, deadline, cap)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: Mapping[str, str],
+        content: bytes | None = None,
+        query: str = "",
+        timeout: float | None = None,
+        max_bytes: int | None = None,
+    ) -> UpstreamReply:
+        """Send a request and read its whole reply (capped, within the deadline)."""
+        reply = await self.open(
+            method,
+            path,
+            headers=headers,
+            content=content,
+            query=query,
+            timeout=timeout,
+            max_bytes=max_bytes,
+        )
+        try:
+            body = await reply.read()
+        finally:
+            await reply.aclose()
+        return UpstreamReply(reply.status, reply.headers, body)
+
+    def shown(self) -> str:
+        """The upstream's address for messages (no credentials, no query)."""
+        from ctxbudget.providers.endpoint import public_url
+
+        return "the embedded mock model" if self.config.is_mock else public_url(self.base_url)
+
+    async def aclose(self) -> None:
+        """Close the client and its connections."""
+        await self.client.aclose()
