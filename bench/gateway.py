@@ -27,6 +27,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -51,7 +52,7 @@ REPLY_TOKENS = 11
 SUMMARY_MARK = "You write handoff summaries"
 """The start of ctxbudget's summarizer system prompt (compaction/summarizer.py
 ``SUMMARIZER_SYSTEM``): a request that starts so is a compaction's summary call."""
-TAG_RE = re.compile(r"\[bench conversation ([a-z0-9-]+)\]")
+TAG_RE = re.compile(r"\[bench conversation (\d{7})\]")
 PYTHON = sys.executable
 ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
 
@@ -113,7 +114,17 @@ def tagged_task(task: Message, tag: str) -> Message:
     return {**task, "content": f"{task['content']}\n[bench conversation {tag}]"}
 
 
-REFERENCE_TAG = "ref-000000"
+def marked(message: Message, tag: str) -> Message:
+    """A tool result with the conversation's tag in front: every summary call's input then
+    names its conversation (the task, which holds the tag too, is kept out of summaries)."""
+    if message["role"] != "tool":
+        return message
+    return {**message, "content": f"[bench conversation {tag}] {message['content']}"}
+
+
+REFERENCE_TAG = "0000000"
+"""Tags are 7 digits: o200k_base cuts digits in runs of three whatever surrounds them, so every
+tag costs the same tokens and the template's counts hold for every conversation."""
 
 
 @dataclass
@@ -128,10 +139,19 @@ class Template:
     """The messages after the task."""
     ends: list[int]
     tokens: dict[int, int]
+    _marked: dict[str, list[Message]] = field(default_factory=dict)
+    """Each live conversation's messages after the task, tagged (made once, as it grows)."""
 
     def messages(self, tag: str, n: int) -> list[Message]:
         """The first ``n`` messages of conversation ``tag``."""
-        return [self.system, tagged_task(self.task, tag), *self.body[: n - 2]]
+        mine = self._marked.setdefault(tag, [])
+        while len(mine) < n - 2:
+            mine.append(marked(self.body[len(mine)], tag))
+        return [self.system, tagged_task(self.task, tag), *mine[: n - 2]]
+
+    def forget(self, tag: str) -> None:
+        """Drop a finished conversation's tagged messages."""
+        self._marked.pop(tag, None)
 
     def start(self, size: int) -> int:
         """The index in ``ends`` of the first step boundary at or past ``size`` tokens."""
@@ -162,7 +182,9 @@ def build_template(max_tokens: int, tokenizer: str = TOKENIZER) -> Template:
         for step in steps:
             renamed = _renamed(step, rep)
             body.extend(renamed)
-            request = request.append(*(message_from_openai(m) for m in renamed))
+            request = request.append(
+                *(message_from_openai(marked(m, REFERENCE_TAG)) for m in renamed)
+            )
             n = len(body) + 2
             ends.append(n)
             tokens[n] = counter.count(request).total
@@ -665,9 +687,9 @@ def parse_floor(bodies: Sequence[bytes], runs: int = 30) -> float:
 _serial = iter(range(10**9))
 
 
-def new_tag(label: str) -> str:
-    """A fresh conversation tag."""
-    return f"{label}-{next(_serial):06d}"
+def new_tag() -> str:
+    """A fresh conversation tag (see `REFERENCE_TAG`)."""
+    return f"{next(_serial):07d}"
 
 
 @dataclass
@@ -698,7 +720,7 @@ async def one_client(
     begin = template.start(cell.size)
     names = list(targets)
     for c in range(conversations):
-        tags = {name: new_tag(f"{name[:2]}{cell.size // 1000}k") for name in names}
+        tags = {name: new_tag() for name in names}
         for s in range(steps + 1):
             n = template.ends[begin + s]
             order = names if (c + s) % 2 == 0 else names[::-1]
@@ -714,6 +736,8 @@ async def one_client(
                     template.tokens[n],
                 )
                 (cell.first if s == 0 else cell.steps).setdefault(name, []).append(sample)
+        for tag in tags.values():
+            template.forget(tag)
 
 
 async def concurrent_phase(name: str, url: str, template: Template, cell: Cell, steps: int) -> None:
@@ -724,7 +748,7 @@ async def concurrent_phase(name: str, url: str, template: Template, cell: Cell, 
     begin = template.start(cell.size)
 
     async def agent() -> None:
-        tag = new_tag(f"{name[:2]}{cell.size // 1000}k")
+        tag = new_tag()
         async with httpx.AsyncClient(timeout=120) as client:
             for s in range(steps + 1):
                 n = template.ends[begin + s]
@@ -733,6 +757,7 @@ async def concurrent_phase(name: str, url: str, template: Template, cell: Cell, 
                     client, url + "/chat/completions", body, cell.stream, template.tokens[n]
                 )
                 (cell.first if s == 0 else cell.steps).setdefault(name, []).append(sample)
+        template.forget(tag)
 
     start = time.perf_counter()
     await asyncio.gather(*(agent() for _ in range(cell.clients)))
@@ -754,7 +779,7 @@ async def measure_cells(
         for url in targets.values():  # warm each target: imports, connections, tokenizer
             for s in range(3):
                 n = template.ends[s]
-                body = chat_body(template.messages(new_tag("warm"), n), stream=bool(s % 2))
+                body = chat_body(template.messages(new_tag(), n), stream=bool(s % 2))
                 await send(client, url + "/chat/completions", body, bool(s % 2), 0)
         for size in sizes:
             for stream in (False, True):
@@ -902,7 +927,7 @@ async def idle_memory(gateway: Child, template: Template, count: int) -> dict[st
     n = template.ends[template.start(1_000)]
     async with httpx.AsyncClient(timeout=120) as client:
         for i in range(count):
-            body = chat_body(template.messages(new_tag("idle"), n), stream=False)
+            body = chat_body(template.messages(new_tag(), n), stream=False)
             reply = await send(client, gateway.url + "/chat/completions", body, False, 0)
             if reply.status != 200:
                 raise SystemExit(f"idle conversation {i}: HTTP {reply.status}")
@@ -936,6 +961,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=2, help="alternated phases, concurrent")
     parser.add_argument("--window", type=int, default=1_000_000, help="upstream and gateway")
     parser.add_argument("--litellm", metavar="PYTHON", help="a Python with litellm[proxy]")
+    parser.add_argument(
+        "--tmpfs", action="store_true", help="add a gateway with its state in /dev/shm"
+    )
     parser.add_argument("--direct-only", action="store_true", help="no gateway (harness check)")
     parser.add_argument("--idle", type=int, default=1000, help="conversations for memory; 0: skip")
     parser.add_argument("--no-write", action="store_true", help="do not write bench/gateway.md")
@@ -952,6 +980,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         flush=True,
     )
     where = Path(tempfile.mkdtemp(prefix="ctxbudget-gwbench-"))
+    cleanup = [where]
     children: list[Child] = []
     try:
         upstream = start_upstream(where, args.window)
@@ -962,6 +991,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             gateway = start_gateway(where, upstream.url, args.window)
             children.append(gateway)
             targets["ctxbudget"] = gateway.url
+        if args.tmpfs and not args.direct_only:
+            # the same gateway with its state and archives in memory: fsync costs nothing
+            # there, so the difference to the row above is what durable writes cost
+            shm = Path(tempfile.mkdtemp(prefix="ctxbudget-gwbench-", dir="/dev/shm"))
+            cleanup.append(shm)
+            fast = start_gateway(shm, upstream.url, args.window, name="gateway-tmpfs")
+            children.append(fast)
+            targets["ctxbudget-tmpfs"] = fast.url
         lite_python = litellm_python(args.litellm)
         if lite_python is None:
             print("litellm[proxy] not found: no litellm column (see --litellm)", flush=True)
@@ -991,13 +1028,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     finally:
         for child in children:
             child.stop()
+        for folder in cleanup:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _table(template: Template) -> dict[str, tuple[int, int]]:
     """The upstream's table: message count -> (tokens, length of the last message's text)."""
+    last = template.messages(REFERENCE_TAG, template.ends[-1])
     return {
-        str(n): (template.tokens[n], len(str(template.body[n - 3].get("content", ""))))
-        for n in template.ends
+        str(n): (template.tokens[n], len(str(last[n - 1].get("content")))) for n in template.ends
     }
 
 

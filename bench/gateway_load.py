@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import subprocess
 import sys
@@ -98,7 +99,6 @@ async def run_agents(
     size: int,
     conversations: int,
     steps: int,
-    label: str,
 ) -> tuple[list[Sample], float]:
     """Every conversation at once, each step to the instances in turn; (samples, wall s)."""
     import httpx
@@ -107,7 +107,7 @@ async def run_agents(
     samples: list[Sample] = []
 
     async def agent(c: int) -> None:
-        tag = new_tag(label)
+        tag = new_tag()
         # one client (one keep-alive connection) per agent, as agents run: one shared pool of
         # hundreds of connections costs httpx more than the requests (its pool scan is
         # quadratic), which would measure the client
@@ -120,6 +120,7 @@ async def run_agents(
                     samples.append(await send(client, url, body, True, template.tokens[n]))
                 except httpx.HTTPError as error:  # counted as an error, the agent goes on
                     samples.append(Sample(0.0, 599, template.tokens[n], {"error": repr(error)}))
+        template.forget(tag)
 
     start = time.perf_counter()
     await asyncio.gather(*(agent(c) for c in range(conversations)))
@@ -140,7 +141,7 @@ async def over_window_probe(
             n = template.ends[template.start(size)]
             for name, url in targets.items():
                 await client.post(base + "/_bench/reset")
-                body = chat_body(template.messages(new_tag(f"probe-{name}"), n), stream=False)
+                body = chat_body(template.messages(new_tag(), n), stream=False)
                 reply = await client.post(url + "/chat/completions", content=body, headers=HEADERS)
                 stats = upstream_stats(upstream)
                 message = ""
@@ -206,12 +207,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         children += gateways
         conditions = load_conditions()
         if gateways:  # warm each instance (imports, tokenizer) on a conversation of its own
-            asyncio.run(
-                run_agents([g.url for g in gateways], template, 1_000, len(gateways), 2, "warm")
-            )
+            asyncio.run(run_agents([g.url for g in gateways], template, 1_000, len(gateways), 2))
         subprocess_reset(upstream)
         base_samples, base_wall = asyncio.run(
-            run_agents([direct.url], template, args.size, args.conversations, args.steps, "direct")
+            run_agents([direct.url], template, args.size, args.conversations, args.steps)
         )
         print(f"direct: {len(base_samples)} requests in {base_wall:.1f} s", flush=True)
         if not gateways:  # the harness alone: the baseline and what litellm forwards
@@ -227,15 +226,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             return
         samples, wall = asyncio.run(
             run_agents(
-                [g.url for g in gateways],
-                template,
-                args.size,
-                args.conversations,
-                args.steps,
-                "load",
+                [g.url for g in gateways], template, args.size, args.conversations, args.steps
             )
         )
         print(f"gateways: {len(samples)} requests in {wall:.1f} s", flush=True)
+        if any(s.status != 200 for s in samples):  # say why, from the instances' own logs
+            for g in gateways:
+                print(f"--- {g.name} log (end):\n{g.log.read_text()[-3000:]}", flush=True)
         conditions += f" at the start, {load_conditions()} at the end"
         stats = upstream_stats(upstream)
         rss = {g.name: g.rss_kb() / 1024 for g in gateways}
@@ -260,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if redis is not None:
             redis.terminate()
             redis.wait(10)
+        shutil.rmtree(where, ignore_errors=True)
 
 
 def subprocess_reset(upstream: Child) -> None:

@@ -43,19 +43,28 @@ def exact(messages: list[dict[str, Any]]) -> int:
     return total
 
 
-def test_template_counts_are_exact_at_every_boundary(gw: ModuleType, template: Any) -> None:
+def test_template_counts_are_exact_at_every_boundary_for_every_tag(
+    gw: ModuleType, template: Any
+) -> None:
     for n in template.ends[:4]:
         assert template.tokens[n] == exact(template.messages(gw.REFERENCE_TAG, n))
-    # a conversation is a prefix of the template with its own tag in the task
-    a, b = template.messages("one", template.ends[1]), template.messages("two", template.ends[1])
-    assert a[1] != b[1] and a[2:] == b[2:]
+        assert template.tokens[n] == exact(template.messages("0004217", n))
+    # conversations differ in their task and in every tool result (summary calls name theirs)
+    a, b = (
+        template.messages("0000001", template.ends[1]),
+        template.messages("0000002", template.ends[1]),
+    )
+    assert a[0] == b[0] and a[1] != b[1]
+    tools = [(x, y) for x, y in zip(a, b, strict=True) if x["role"] == "tool"]
+    assert tools and all(x["content"] != y["content"] for x, y in tools)
+    assert gw.TAG_RE.search(tools[0][1]["content"]).group(1) == "0000002"
 
 
 def test_upstream_usage_is_the_exact_count_and_the_window_is_enforced(
     gw: ModuleType, template: Any
 ) -> None:
     n = template.ends[2]
-    messages = template.messages("t-1", n)
+    messages = template.messages("0000011", n)
     size = exact(messages)
     fits = gw.Upstream(window=size)
     status, _, payload = fits.chat({"model": "m", "messages": messages})
@@ -74,7 +83,7 @@ def test_upstream_table_gives_the_same_count_without_counting(
     upstream = gw.Upstream(window=10**6)
     upstream.table = {int(k): tuple(v) for k, v in gw._table(template).items()}
     n = template.ends[3]
-    messages = template.messages("t-2", n)
+    messages = template.messages("0000012", n)
     _, _, payload = upstream.chat({"model": "m", "messages": messages})
     assert orjson.loads(payload)["usage"]["prompt_tokens"] == template.tokens[n]
     assert upstream.stats.counted_exactly == 0
@@ -91,7 +100,7 @@ def test_upstream_records_summary_calls_by_conversation_and_their_duplicates(
     upstream = gw.Upstream(window=10**6)
     summary = [
         {"role": "system", "content": SUMMARIZER_SYSTEM},
-        {"role": "user", "content": "task\n[bench conversation c-7]\nand the rest"},
+        {"role": "user", "content": "[bench conversation 0000007] a tool result"},
     ]
     for _ in range(2):
         status, _, payload = upstream.chat({"model": "m", "messages": summary})
@@ -102,12 +111,12 @@ def test_upstream_records_summary_calls_by_conversation_and_their_duplicates(
     upstream.chat({"model": "m", "messages": other})
     stats = upstream.stats.as_json()
     assert stats["summaries"] == 3 and stats["duplicate_summaries"] == 1
-    assert stats["summaries_by_tag"] == {"c-7": 3} and stats["chat"] == 0
+    assert stats["summaries_by_tag"] == {"0000007": 3} and stats["chat"] == 0
 
 
 def test_upstream_streams_usage_only_when_asked(gw: ModuleType, template: Any) -> None:
     upstream = gw.Upstream(window=10**6)
-    messages = template.messages("t-3", template.ends[0])
+    messages = template.messages("0000013", template.ends[0])
     _, ctype, with_usage = upstream.chat(
         {"messages": messages, "stream": True, "stream_options": {"include_usage": True}}
     )
@@ -124,7 +133,7 @@ def test_upstream_serves_httpx_over_keep_alive_and_chunked_bodies(
 ) -> None:
     import httpx
 
-    messages = template.messages("t-4", template.ends[1])
+    messages = template.messages("0000014", template.ends[1])
     body = gw.chat_body(messages, stream=False)
 
     async def scenario() -> list[int]:
