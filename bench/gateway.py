@@ -742,26 +742,35 @@ async def one_client(
 
 async def concurrent_phase(name: str, url: str, template: Template, cell: Cell, steps: int) -> None:
     """``cell.clients`` agents at once against one target, each its own conversation and its
-    own client (one keep-alive connection: a shared httpx pool's scan grows with its size)."""
+    own client (one keep-alive connection: a shared httpx pool's scan grows with its size).
+    Every agent's first request (the gateway counts a whole new conversation) goes first, all
+    at once; the steps after it are the timed phase (``cell.wall``, requests per second)."""
     import httpx
 
     begin = template.start(cell.size)
+    tags = [new_tag() for _ in range(cell.clients)]
+    clients = [httpx.AsyncClient(timeout=300) for _ in tags]
 
-    async def agent() -> None:
-        tag = new_tag()
-        async with httpx.AsyncClient(timeout=120) as client:
-            for s in range(steps + 1):
-                n = template.ends[begin + s]
-                body = chat_body(template.messages(tag, n), stream=cell.stream)
-                sample = await send(
-                    client, url + "/chat/completions", body, cell.stream, template.tokens[n]
-                )
-                (cell.first if s == 0 else cell.steps).setdefault(name, []).append(sample)
-        template.forget(tag)
+    async def agent(tag: str, client: httpx.AsyncClient, first: int, last: int) -> None:
+        for s in range(first, last):
+            n = template.ends[begin + s]
+            body = chat_body(template.messages(tag, n), stream=cell.stream)
+            sample = await send(
+                client, url + "/chat/completions", body, cell.stream, template.tokens[n]
+            )
+            (cell.first if s == 0 else cell.steps).setdefault(name, []).append(sample)
 
-    start = time.perf_counter()
-    await asyncio.gather(*(agent() for _ in range(cell.clients)))
-    cell.wall[name] = cell.wall.get(name, 0.0) + time.perf_counter() - start
+    try:
+        await asyncio.gather(*(agent(t, c, 0, 1) for t, c in zip(tags, clients, strict=True)))
+        start = time.perf_counter()
+        await asyncio.gather(
+            *(agent(t, c, 1, steps + 1) for t, c in zip(tags, clients, strict=True))
+        )
+        cell.wall[name] = cell.wall.get(name, 0.0) + time.perf_counter() - start
+    finally:
+        for tag, client in zip(tags, clients, strict=True):
+            template.forget(tag)
+            await client.aclose()
 
 
 async def measure_cells(
@@ -839,9 +848,8 @@ def summary_row(cell: Cell, name: str, base: str, floor: float) -> dict[str, Any
     ]
     if said:  # litellm's own figure for its overhead, beside the measured one
         row["self_p50_ms"], row["self_p99_ms"] = percentile(said, 0.5), percentile(said, 0.99)
-    if cell.wall.get(name):
-        done = len(cell.steps.get(name, [])) + len(cell.first.get(name, []))
-        row["rps"] = done / cell.wall[name]
+    if cell.wall.get(name):  # the timed phases hold the steps, not the first requests
+        row["rps"] = len(cell.steps.get(name, [])) / cell.wall[name]
     return row
 
 
@@ -919,26 +927,34 @@ def load_conditions() -> str:
 
 
 async def idle_memory(gateway: Child, template: Template, count: int) -> dict[str, float]:
-    """The gateway's RSS before and after ``count`` new ~1K-token conversations (one request
+    """The gateway's RSS after a warm-up (its tokenizer loaded: ~60 MB that the first
+    request costs once) and after ``count`` more new ~1K-token conversations (one request
     each, then left idle), and the growth per conversation."""
     import httpx
 
-    before = gateway.rss_kb()
     n = template.ends[template.start(1_000)]
+    warm_up = 20
+    rss: list[int] = []
     async with httpx.AsyncClient(timeout=120) as client:
-        for i in range(count):
-            body = chat_body(template.messages(new_tag(), n), stream=False)
+        for i in range(warm_up + count):
+            if i == warm_up:
+                await asyncio.sleep(1)
+                rss.append(gateway.rss_kb())
+            tag = new_tag()
+            body = chat_body(template.messages(tag, n), stream=False)
+            template.forget(tag)
             reply = await send(client, gateway.url + "/chat/completions", body, False, 0)
             if reply.status != 200:
                 raise SystemExit(f"idle conversation {i}: HTTP {reply.status}")
-    time.sleep(1)
-    after = gateway.rss_kb()
+    await asyncio.sleep(1)
+    rss.append(gateway.rss_kb())
     return {
         "conversations": count,
+        "warm_up": warm_up,
         "tokens_each": template.tokens[n],
-        "rss_before_mb": before / 1024,
-        "rss_after_mb": after / 1024,
-        "per_conversation_kb": (after - before) / count,
+        "rss_before_mb": rss[0] / 1024,
+        "rss_after_mb": rss[1] / 1024,
+        "per_conversation_kb": (rss[1] - rss[0]) / count,
     }
 
 
@@ -1088,8 +1104,9 @@ def render(
     if memory:
         lines += [
             "",
-            f"Memory: a fresh gateway at {memory['rss_before_mb']:.1f} MB RSS, "
-            f"{memory['rss_after_mb']:.1f} MB after {memory['conversations']:,.0f} "
+            f"Memory: a fresh gateway at {memory['rss_before_mb']:.1f} MB RSS after "
+            f"{memory['warm_up']:.0f} warm-up conversations (its tokenizer loaded), "
+            f"{memory['rss_after_mb']:.1f} MB after {memory['conversations']:,.0f} more "
             f"conversations of {memory['tokens_each']:,.0f} tokens (one request each, then idle): "
             f"{memory['per_conversation_kb']:.1f} kB per idle conversation.",
         ]
