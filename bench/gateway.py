@@ -570,6 +570,20 @@ def start_upstream(where: Path, window: int, tokenizer: str = TOKENIZER) -> Chil
     return start_child("upstream", [*cmd, "--tokenizer", tokenizer], port, where, "/v1/models")
 
 
+SERVE_FALLBACK = """
+import sys, uvicorn
+from pathlib import Path
+from ctxbudget.gateway.app import create_app
+from ctxbudget.gateway.config import GatewayConfig
+upstream, window, tokenizer, port, state = sys.argv[1:6]
+config = GatewayConfig(upstream=upstream, window=int(window), tokenizer=tokenizer,
+                       port=int(port), state=Path(state))
+uvicorn.run(create_app(config), host="127.0.0.1", port=int(port), log_level="warning",
+            access_log=False, lifespan="on")
+"""
+"""The gateway as ``ctxbudget serve`` runs it, for a checkout whose CLI has no ``serve`` yet."""
+
+
 def start_gateway(
     where: Path,
     upstream: str,
@@ -578,13 +592,18 @@ def start_gateway(
     name: str = "gateway",
     tokenizer: str = TOKENIZER,
     state: str | None = None,
-    extra: Sequence[str] = (),
 ) -> Child:
     """``ctxbudget serve`` in its own process, in front of ``upstream``."""
+    import importlib.util
+
     port = free_port()
+    state = state or str(where / f"{name}.sqlite3")
     cmd = [PYTHON, "-m", "ctxbudget.cli.main", "serve", "--upstream", upstream]
     cmd += ["--window", str(window), "--tokenizer", tokenizer, "--port", str(port)]
-    cmd += ["--state", state or str(where / f"{name}.sqlite3"), *extra]
+    cmd += ["--state", state]
+    if importlib.util.find_spec("ctxbudget.cli.serve") is None:
+        print(f"{name}: no `ctxbudget serve` in this checkout: create_app under uvicorn")
+        cmd = [PYTHON, "-c", SERVE_FALLBACK, upstream, str(window), tokenizer, str(port), state]
     return start_child(name, cmd, port, where, "/v1/models")
 
 
@@ -683,6 +702,10 @@ def parse_floor(bodies: Sequence[bytes], runs: int = 30) -> float:
         medians.append(statistics.median(times))
     return statistics.median(medians)
 
+
+SMALL = 8_000
+"""Below this size a conversation is measured over 1 step (and more conversations), so that
+its requests stay near the size: ten steps would add ~2K tokens to a 1K conversation."""
 
 _serial = iter(range(10**9))
 
@@ -793,7 +816,10 @@ async def measure_cells(
         for size in sizes:
             for stream in (False, True):
                 cell = Cell(size, 1, stream)
-                await one_client(client, targets, template, cell, args.conversations, args.steps)
+                conversations, steps = args.conversations, args.steps
+                if size < SMALL:  # a step is ~200 tokens: short conversations stay near size
+                    conversations, steps = max(1, conversations * steps // 2), 1
+                await one_client(client, targets, template, cell, conversations, steps)
                 cell.floor = parse_floor(cell.bodies)
                 cells.append(cell)
                 report_cell(cell, targets)
