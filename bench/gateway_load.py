@@ -289,13 +289,16 @@ def render(
     by_tag = Counter(stats["summaries_by_tag"].values())
     compacted = sum(s.headers.get("x-ctxbudget-compacted") == "1" for s in samples)
     store = "Redis (a private redis-server)" if state.startswith("redis") else "one SQLite file"
+    shared = f"{args.instances} instances sharing {store}"
+    if args.instances == 1:
+        shared = "1 instance (its own SQLite file)"
     lines = [
         "Command:",
         "",
         f"    PYTHONPATH=$PWD/src .venv/bin/python bench/gateway_load.py {flags}".rstrip(),
         "",
         f"Conditions: {conditions}. {args.conversations} conversations at once × {args.steps} "
-        f"steps, streamed, through {args.instances} instance(s) sharing {store}; the client "
+        f"steps, streamed, through {shared}; the client "
         f"sends {min(sent):,}–{max(sent):,} tokens a request (mean "
         f"{int(statistics.mean(sent)):,}); the upstream's window is {args.window:,}.",
         "",
