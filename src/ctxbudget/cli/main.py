@@ -22,6 +22,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("ctxbudget.cli.demo", "demo_command"),
     ("ctxbudget.cli.chat", "chat_command"),
     ("ctxbudget.cli.replay", "replay_command"),
+    ("ctxbudget.cli.serve", "serve_command"),
 )
 
 

@@ -392,7 +392,7 @@ class Gateway:
         try:
             value = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            if "recursion" in str(exc).lower():
+            if "depth" in str(exc).lower() or "recursion" in str(exc).lower():
                 raise _Refused(400, "invalid_request", _too_deep(depth)) from None
             raise _Refused(400, "invalid_request", f"request body is not JSON ({exc})") from None
         if json_depth(value, depth) > depth:

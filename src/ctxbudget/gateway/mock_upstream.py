@@ -14,6 +14,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -37,6 +38,10 @@ def mock_app(provider: MockProvider) -> Starlette:
     """``provider`` served as an OpenAI-compatible server (`MockProvider` is not thread-safe:
     one call at a time)."""
     lock = threading.Lock()
+    # Its own thread, not the default executor's: when the mock serves a gateway in the same
+    # process, the gateway's compactions wait in default-executor threads for a summary this
+    # mock writes, and a shared pool could be full of them.
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxbudget-mock")
 
     def call(body: dict[str, Any]) -> Completion | str:
         request = request_from_openai(body)
@@ -48,7 +53,7 @@ def mock_app(provider: MockProvider) -> Starlette:
     async def chat(http: HttpRequest) -> Response:
         try:
             body = orjson.loads(await http.body())
-            result = await asyncio.to_thread(call, body)
+            result = await asyncio.get_running_loop().run_in_executor(worker, call, body)
         except ContextOverflowError as exc:
             # vLLM's error body (its OpenAI server's ErrorResponse).
             error = {"message": str(exc), "type": "BadRequestError", "param": None, "code": 400}
