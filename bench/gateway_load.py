@@ -177,7 +177,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--size", type=int, default=32_000, help="tokens at the first step")
     parser.add_argument("--window", type=int, default=24_000, help="the upstream's window")
     parser.add_argument("--instances", type=int, default=2, help="0: harness check, no gateway")
-    parser.add_argument("--state", choices=("redis", "sqlite"), default="redis")
+    parser.add_argument(
+        "--state",
+        choices=("redis", "sqlite"),
+        default="sqlite",
+        help="what the instances share: one SQLite file, or a private redis-server",
+    )
     parser.add_argument("--litellm", metavar="PYTHON", help="a Python with litellm[proxy]")
     parser.add_argument("--probe-sizes", default="32000,128000")
     parser.add_argument("--no-write", action="store_true")
@@ -197,6 +202,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         # bench's does); the gateways' upstream counts every request it gets
         post_table(direct, template)
         if args.state == "redis":
+            if "redis" not in serve_help():
+                raise SystemExit(
+                    "this checkout's `ctxbudget serve --state` takes no redis:// URL yet; "
+                    "run with --state sqlite"
+                )
             redis, state = start_redis(where)
         else:
             state = str(where / "shared.sqlite3")
@@ -258,6 +268,17 @@ def main(argv: Sequence[str] | None = None) -> None:
             redis.terminate()
             redis.wait(10)
         shutil.rmtree(where, ignore_errors=True)
+
+
+def serve_help() -> str:
+    """``ctxbudget serve --help`` of this checkout (what its ``--state`` takes)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ctxbudget.cli.main", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout
 
 
 def subprocess_reset(upstream: Child) -> None:
