@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-server test-reliability lint typecheck pytest fuzz bench clean
+.PHONY: demo test test-server test-reliability test-redis lint typecheck pytest fuzz bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,7 @@ $(VENV)/.dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@ $(VENV)/.runtime
 
+# The core install is enough: the demo draws no plot (ctxbudget[plot] is not needed).
 demo: $(VENV)/.runtime
 	$(BIN)/ctxbudget demo
 
@@ -36,6 +37,11 @@ test-server: $(VENV)/.dev
 test-reliability: $(VENV)/.dev
 	$(BIN)/python -m pytest tests -m reliability -p no:cacheprovider
 
+# The shared state store on a real redis-server (apt-get install redis-server): several
+# instances in separate processes on one Redis. A missing redis-server fails the tier.
+test-redis: $(VENV)/.dev
+	$(BIN)/python -m pytest tests -m redis -p no:cacheprovider
+
 fuzz: $(VENV)/.dev
 	CTXBUDGET_FUZZ=1 HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests -m fuzz -p no:cacheprovider
 
@@ -44,5 +50,9 @@ bench: $(VENV)/.dev
 	$(BIN)/python bench/run_all.py
 	$(BIN)/python bench/collect.py
 
+# The documentation site (docs/, mkdocs.yml) into site/: --strict, offline (the docs extra, in dev).
+docs: $(VENV)/.dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist site .pytest_cache .mypy_cache .ruff_cache

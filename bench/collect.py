@@ -5,7 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 HERE = Path(__file__).parent
-ORDER = ("estimators.md", "counting.md", "hf.md", "memory.md", "replay_rules.md", "gateway.md")
+ORDER = (
+    "estimators.md",
+    "counting.md",
+    "hf.md",
+    "memory.md",
+    "replay_rules.md",
+    "server_count.md",
+    "install.md",
+    "gateway.md",
+)
 HEADER = """# Benchmarks
 
 Every number here comes from a script under `bench/`, run on this project's 2-core, 24 GiB

@@ -263,6 +263,30 @@ def test_async_tasks_on_one_session_summarise_a_prefix_once(qwen3: RequestCounte
     assert all(r.messages == sent[0].messages for r in sent)
 
 
+def test_a_client_resending_its_whole_history_gets_every_compaction_once(
+    qwen3: RequestCounter,
+) -> None:
+    """A gateway's client sends its whole uncompacted history each time. After the second
+    compaction too, the same list sent again (a retry) is answered with the stored view: the
+    later compaction's prefix is the client's own list, not the first view plus the rest."""
+    summarizer = CountingSummarizer()
+    session = _session(qwen3, summarizer)
+    request = long_conversation(turns=4)
+    for step in range(16):
+        first = session.prepare(request, new_turn=True)
+        again = session.prepare(request, new_turn=True)
+        assert again.messages == first.messages, f"step {step}"
+        assert len(summarizer.asked) == len(session.compactions), f"step {step}"
+        request = request.with_messages(
+            (
+                *request.messages,
+                Message(role="assistant", content=f"noted {step}"),
+                Message(role="user", content=f"topic {step}: " + "word " * 200),
+            )
+        )
+    assert len(session.compactions) >= 2  # the case: a second compaction of a resent history
+
+
 def test_concurrent_usage_records_are_not_lost(qwen3: RequestCounter) -> None:
     from ctxbudget.messages.usage import Usage
 

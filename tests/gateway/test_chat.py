@@ -222,8 +222,10 @@ def test_a_restart_reuses_the_stored_compaction(tmp_path: Path) -> None:
 
     async def before() -> tuple[list[Any], int, str]:
         async with gateway(tmp_path, app, window=2048) as (client, gw):
-            messages, responses = await _drive(client, 9)
-            assert gw.summary_calls >= 1
+            # Several compactions: the latest one compacts a list that already held the view of
+            # the one before; its prefix must still be the client's own list.
+            messages, responses = await _drive(client, 16)
+            assert gw.summary_calls >= 2
             return messages, gw.summary_calls, responses[-1].headers["x-ctxbudget-conversation"]
 
     messages, _, conversation = run(before())
@@ -314,3 +316,51 @@ def test_client_key_required_and_upstream_key_never_leaks(tmp_path: Path) -> Non
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
+
+
+def test_the_request_after_a_compaction_reuses_it(tmp_path: Path) -> None:
+    # A compaction of a list that already held an earlier compaction's view replaces the
+    # client's own prefix, so the next request (the same list, one reply and message longer)
+    # is sent with the view: it is not summarised a second time.
+    app, _ = scripted(MockProvider("chat", window=2048))
+
+    async def go() -> list[int]:
+        async with gateway(tmp_path, app, window=2048) as (client, gw):
+            messages: list[Any] = [SYSTEM]
+            calls = []
+            for turn in range(1, 25):
+                messages.append(user(long_text(f"t topic {turn}", 30)))
+                response = await client.post(
+                    "/v1/chat/completions", json={"model": "mock", "messages": messages}
+                )
+                messages.append(response.json()["choices"][0]["message"])
+                calls.append(gw.summary_calls)
+            return calls
+
+    calls = run(go())
+    added = [b - a for a, b in zip([0, *calls], calls, strict=False)]
+    assert sum(added) >= 3
+    back_to_back = [i for i in range(1, len(added)) if added[i] and added[i - 1]]
+    assert back_to_back == [], f"summarised again right after a compaction at turns {added}"
+
+
+class _NoSummaries(MockProvider):
+    def summarize(self, request: Any) -> str:
+        from ctxbudget.errors import ProviderError
+
+        raise ProviderError("the summary model is down")
+
+
+def test_a_failed_summary_call_falls_back_to_truncation(tmp_path: Path) -> None:
+    app, _ = scripted(_NoSummaries("chat", window=2048))
+
+    async def go() -> tuple[list[Any], Any]:
+        async with gateway(tmp_path, app, window=2048) as (client, gw):
+            _, responses = await _drive(client, 16)
+            conversation = next(iter((await gw.conversations())._live.values()))
+            return responses, conversation.session.report()
+
+    responses, report = run(go())
+    assert all(r.status_code == 200 for r in responses)
+    assert report["compactions"]
+    assert {c["strategy"] for c in report["compactions"]} == {"truncate"}

@@ -37,7 +37,7 @@ def test_the_openai_sdk_sync_and_streamed(tmp_path: Path) -> None:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
         messages: list[Any] = [{"role": "system", "content": "Be brief."}]
         for turn in range(1, 13):
-            messages.append(user(long_text(f"sdk topic {turn}", 30)))
+            messages.append(user(long_text(f"topic {turn}", 30)))
             if turn % 2:
                 reply = client.chat.completions.create(model="mock", messages=messages)
                 content = reply.choices[0].message.content
@@ -65,13 +65,13 @@ def test_the_openai_sdk_async(tmp_path: Path) -> None:
             replies = await asyncio.gather(
                 *(
                     client.chat.completions.create(
-                        model="mock", messages=[user(f"async topic {k}: hello")]
+                        model="mock", messages=[user(f"topic {k}: hello")]
                     )
                     for k in range(1, 6)
                 )
             )
             stream = await client.chat.completions.create(
-                model="mock", messages=[user("async topic 9: hi")], stream=True
+                model="mock", messages=[user("topic 9: hi")], stream=True
             )
             text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
             await client.close()
@@ -150,3 +150,21 @@ def test_serve_refuses_a_public_bind_without_a_client_key() -> None:
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0
     assert "--api-key-env" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_serve_without_its_extra_is_one_line_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    from ctxbudget.cli.main import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name)
+    )
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--upstream", "mock"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "uvicorn" in err and "pip install 'ctxbudget[serve]'" in err

@@ -38,6 +38,10 @@ difference is now decided here, as `Agent` decides, unless said):
    Here `snapshot` / `apply` and `save` / `restore` through a `SessionStore` (its JSON form and
    the SQLite store: `ctxbudget.agent.session_store`); the state keeps the latest compaction's
    prefix (by `prefix_digest`) and view, so a restored session reuses it.
+9. Shared state (the gateway's instances): a session given a ``store`` and ``key`` compacts
+   under the store's lock for the conversation (`compaction_lock`) and re-loads the state once
+   it holds it, so a compaction another instance saved meanwhile is reused, not made again; the
+   compaction it makes is saved before the lock is released.
 
 Who drives what. The OpenAI SDK client (sync and async) and the LangChain middleware (sync and
 async) hand their send to `run` / `arun`. pydantic-ai and the Agents SDK own their send and their
@@ -54,6 +58,17 @@ Thread locks, not ``asyncio.Lock``: the compaction runs in a worker thread (``as
 so counting and summarising never block the event loop) and one session may serve sync and async
 callers at once; an ``asyncio.Lock`` cannot be held by a worker thread. The event loop itself
 never waits on ``_compacting``.
+
+Across sessions. A session with a ``store`` also holds the store's lock for its conversation
+across a compaction: a lock between processes (`RedisSessionStore` in
+``ctxbudget.agent.session_store``), or for any other store a lock between the sessions of this
+process (`process_lock`). Holding it, the session loads the stored state: when another session
+saved a compaction meanwhile, that state is taken over (it is the conversation's newest) and its
+view used; only when the request is still over the line is it compacted, then saved. A lock not
+had within the store's wait (a holder alive but slow) means going on without compacting: never
+summarising twice is kept over compacting now (an overflow that follows is recovered as usual).
+`save` to that store leaves a state with more compactions than the session knows in place (a
+request that ran alongside another instance's compaction must not put the older state back).
 """
 
 from __future__ import annotations
@@ -64,9 +79,10 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ctxbudget.agent.compacting import (
     adopt_window,
@@ -87,7 +103,7 @@ from ctxbudget.budget.context import ContextEstimate, RequestCounterLike, UsageT
 from ctxbudget.budget.floor import check_prompt_floor, one_line
 from ctxbudget.budget.rules import Checkpoint, Policy, SessionEvidence, validate_window
 from ctxbudget.budget.usage import PromptGap
-from ctxbudget.errors import CompactionError, ContextOverflowError
+from ctxbudget.errors import CompactionError, ConfigError, ContextOverflowError
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.messages.usage import Usage
 
@@ -98,15 +114,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ADAPTER_META_PREFIX",
+    "DEFAULT_LOCK_WAIT_S",
     "DEFAULT_MAX_COMPACTIONS_PER_TURN",
     "BudgetSession",
     "CompactedPrefix",
+    "LockingSessionStore",
     "MemorySessionStore",
     "Reply",
     "SessionState",
     "SessionStore",
+    "compaction_lock",
     "default_counter",
     "prefix_digest",
+    "process_lock",
 ]
 
 Result = TypeVar("Result")
@@ -119,8 +139,13 @@ DEFAULT_MAX_COMPACTIONS_PER_TURN = 3
 ADAPTER_META_PREFIX = "ctxbudget_"
 """``Message.meta`` keys the adapters use to map messages back to their items; not archived."""
 
+DEFAULT_LOCK_WAIT_S = 120.0
+"""How long a session waits for another's compaction of its conversation before it goes on
+without compacting: a summary by a local model of a long prompt can take a minute."""
+
 EventSink = Callable[[str, dict[str, Any]], None]
-"""Receives ``overflow``, ``window_changed``, ``compaction`` and ``capped`` with their data."""
+"""Receives ``overflow``, ``window_changed``, ``compaction``, ``capped`` and ``lock_waited``
+(the store's compaction lock was not had in time) with their data."""
 
 
 def default_counter(tokenizer: str | TokenCounter) -> RequestCounterLike:
@@ -183,7 +208,7 @@ class SessionState:
 
 class SessionStore(Protocol):
     """Where sessions' states live between requests: `MemorySessionStore`, `SqliteSessionStore`
-    (``ctxbudget.agent.session_store``); a shared one (Redis) can follow."""
+    and the shared `RedisSessionStore` (``ctxbudget.agent.session_store``)."""
 
     def load(self, key: str) -> SessionState | None:
         """The state saved under ``key``, or None."""
@@ -192,6 +217,61 @@ class SessionStore(Protocol):
     def save(self, key: str, state: SessionState) -> None:
         """Keep ``state`` under ``key``, replacing what was there."""
         ...
+
+
+@runtime_checkable
+class LockingSessionStore(SessionStore, Protocol):
+    """A `SessionStore` shared by processes, with its own lock for a conversation's compaction
+    (`RedisSessionStore`). A store without one gets `process_lock` (`compaction_lock`)."""
+
+    def lock(self, key: str) -> AbstractContextManager[bool]:
+        """Held while the conversation ``key`` is compacted; yields True when had, False when
+        the store's wait ran out first (the holder is still at work)."""
+        ...
+
+
+class _ProcessLocks:
+    """One thread lock per name while anyone holds or waits for it (then dropped, so the table
+    stays as small as the compactions in progress)."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, tuple[threading.Lock, list[int]]] = {}
+
+    @contextmanager
+    def hold(self, name: str, wait: float) -> Iterator[bool]:
+        with self._guard:
+            lock, users = self._locks.setdefault(name, (threading.Lock(), [0]))
+            users[0] += 1
+        try:
+            held = lock.acquire(timeout=wait)
+            try:
+                yield held
+            finally:
+                if held:
+                    lock.release()
+        finally:
+            with self._guard:
+                users[0] -= 1
+                if users[0] == 0:
+                    del self._locks[name]
+
+
+_PROCESS_LOCKS = _ProcessLocks()
+
+
+def process_lock(key: str, wait: float = DEFAULT_LOCK_WAIT_S) -> AbstractContextManager[bool]:
+    """The compaction lock of the conversation ``key`` between the sessions of this process
+    (whatever their store): yields True when had within ``wait`` seconds, else False."""
+    return _PROCESS_LOCKS.hold(key, wait)
+
+
+def compaction_lock(store: SessionStore, key: str) -> AbstractContextManager[bool]:
+    """The lock a session holds while it compacts the conversation ``key`` kept in ``store``:
+    the store's own (`LockingSessionStore`), else `process_lock`."""
+    if isinstance(store, LockingSessionStore):
+        return store.lock(key)
+    return process_lock(key)
 
 
 class MemorySessionStore:
@@ -217,7 +297,9 @@ class BudgetSession:
 
     ``counter`` counts whole requests; ``policy`` is a rule name or `Policy`; ``summarizer`` the
     default one (a call may pass its own). ``served_window`` asks the server its window (Ollama's
-    ``/api/ps``) when a truncation shows one. ``on_event`` hears what `Agent` emits.
+    ``/api/ps``) when a truncation shows one. ``on_event`` hears what `Agent` emits. With
+    ``store`` and ``key`` (the conversation's key there), each compaction is made once across
+    every session sharing the store (see "Across sessions" above) and saved to it.
     """
 
     def __init__(
@@ -235,7 +317,11 @@ class BudgetSession:
         served_window: Callable[[], int | None] | None = None,
         provider_name: str | None = None,
         base_url: str | None = None,
+        store: SessionStore | None = None,
+        key: str | None = None,
     ) -> None:
+        if (store is None) != (key is None):
+            raise ConfigError("BudgetSession: pass store and key together (or neither)")
         self.window = validate_window(window)
         self.configured_window = self.window
         self.policy_spec = policy
@@ -250,6 +336,10 @@ class BudgetSession:
         self.served_window = served_window
         self.provider_name = provider_name
         self.base_url = base_url
+        self.store = store
+        """Where the conversation ``key``'s state is shared: compactions are made under its lock
+        and saved there (the caller still restores before and saves after each request)."""
+        self.key = key
         self.compaction_id: str | None = None
         self.compacted_at: float | None = None
         """When the latest compaction ran: usage reported before it describes another context."""
@@ -470,18 +560,22 @@ class BudgetSession:
         if not any(c in self.policy.checked for c in checkpoints):
             return False
         tokens = self.estimate(request).tokens
-        seen = self.learned.seeing(tokens)  # the step that led here is already seen
-        if not self.policy.fires_in_session(
-            tokens,
-            self.window,
-            largest_reply=seen.largest_reply,
-            largest_growth=seen.largest_growth,
-        ):
+        if not self._fires(tokens):
             return False
         if self.turn_compactions >= self.max_compactions_per_turn:
             self._emit("capped", tokens=tokens, cap=self.max_compactions_per_turn)
             return False
         return True
+
+    def _fires(self, tokens: int) -> bool:
+        """The rule fires for a request of ``tokens``, with the learned reply reserve."""
+        seen = self.learned.seeing(tokens)  # the step that led here is already seen
+        return self.policy.fires_in_session(
+            tokens,
+            self.window,
+            largest_reply=seen.largest_reply,
+            largest_growth=seen.largest_growth,
+        )
 
     def check_floor(self, request: Request) -> None:
         """Raise `PromptFloorExceeded` when system + tools + reply reserve exceed the window."""
@@ -597,7 +691,44 @@ class BudgetSession:
         scale: float = 1.0,
         summarizer: Summarizer | None = None,
     ) -> Request:
-        """``request`` compacted under the rule's line (lowered by ``scale`` < 1), recorded."""
+        """``request`` compacted under the rule's line (lowered by ``scale`` < 1), recorded.
+        With a ``store``: under its lock for the conversation, a compaction saved there meanwhile
+        is reused instead (see "Across sessions"), and this one is saved before the lock goes."""
+        with self._compacting:
+            if self.store is None or self.key is None:
+                return self._compact(request, trigger, scale=scale, summarizer=summarizer)
+            with compaction_lock(self.store, self.key) as held:
+                taken = self._take_stored(request)
+                if taken is not request and not self._fires(self.estimate(taken).tokens):
+                    return taken  # another session's compaction covers it
+                if not held:
+                    self._emit("lock_waited", key=self.key, trigger=trigger)
+                    return taken
+                compacted = self._compact(taken, trigger, scale=scale, summarizer=summarizer)
+                self.save(self.store, self.key)
+                return compacted
+
+    def _take_stored(self, request: Request) -> Request:
+        """Under the compaction lock: the stored state when it holds a compaction this session
+        has not seen (another session's, saved since this one restored), taken over whole, and
+        ``request`` with that compaction's view in place of its prefix (``request`` itself when
+        there is none, or when its prefix is not this request's)."""
+        assert self.store is not None and self.key is not None
+        stored = self.store.load(self.key)
+        if stored is None or stored.prefix is None or stored.compaction_id == self.compaction_id:
+            return request
+        self.apply(stored)
+        return self._substitute(request)
+
+    def _compact(
+        self,
+        request: Request,
+        trigger: Trigger,
+        *,
+        scale: float,
+        summarizer: Summarizer | None,
+    ) -> Request:
+        """`compact` in this session alone: compacted, recorded, archived, emitted."""
         with self._compacting:
             if not self.floor_checked:
                 self.check_floor(request)  # after an adopted window
@@ -615,6 +746,8 @@ class BudgetSession:
                 scale=scale,
             )
             compacted = request.with_messages(result.messages)
+            # The prefix as the caller's own list has it: a client that resends its whole
+            # history must find the second compaction's prefix too, not only the first's.
             replaced = self._unsubstituted(request.messages)
             prefix = CompactedPrefix(
                 length=len(replaced), digest=prefix_digest(replaced), view=compacted.messages
@@ -648,10 +781,11 @@ class BudgetSession:
     def _unsubstituted(self, messages: tuple[Message, ...]) -> tuple[Message, ...]:
         """``messages`` as the caller's own list: when they start with the view of the prefix
         `_substitute` replaced (a harness resending its whole list), that prefix in its place.
-        A compaction of a substituted list then replaces what the caller will send again, so
-        the next request (or a restored session) finds its prefix in the caller's list."""
+        Otherwise ``messages`` (a caller that keeps the view, as `Agent` does). A compaction of a
+        substituted list then replaces what the caller will send again, so the next request (or
+        a restored session) finds its prefix in the caller's list."""
         prefix, replaced = self._prefix, self._replaced
-        if prefix is None or len(replaced) != prefix.length:
+        if prefix is None or not prefix.view or len(replaced) != prefix.length:
             return messages
         n = len(prefix.view)
         if messages[:n] != prefix.view:
@@ -763,9 +897,17 @@ class BudgetSession:
             self._prefix, self._replaced = state.prefix, ()
             self._archived = set(state.archived)
 
-    def save(self, store: SessionStore, key: str) -> None:
-        """Keep this session's state in ``store`` under ``key``."""
+    def save(self, store: SessionStore, key: str) -> bool:
+        """Keep this session's state in ``store`` under ``key``; True when saved. Not in the
+        session's own shared store when that holds more compactions than this session knows
+        (another instance compacted during this request): the newer compaction is kept, else
+        the next request would summarise its prefix again."""
+        if store is self.store and key == self.key:
+            stored = store.load(key)
+            if stored is not None and len(stored.compactions) > len(self.compactions):
+                return False
         store.save(key, self.snapshot())
+        return True
 
     def restore(self, store: SessionStore, key: str) -> bool:
         """Continue the session saved under ``key``; False when there is none."""

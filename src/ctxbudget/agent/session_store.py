@@ -1,6 +1,6 @@
-"""Saved session states: a stable JSON form of `SessionState`, and a `SessionStore` in an
-embedded SQLite file (the HTTP gateway's default; a shared store such as Redis can follow, as
-another `SessionStore` over the same JSON form).
+"""Saved session states: a stable JSON form of `SessionState`, and two `SessionStore` kinds over
+it: an embedded SQLite file (the HTTP gateway's default) and Redis, shared by several gateway
+instances (`RedisSessionStore`). `open_store` opens either from a ``--state`` value.
 
 The JSON form is versioned (``"version": 1``), written with sorted keys and ASCII only (lone
 surrogates survive as escapes), and read back strictly: every field is checked, unknown fields
@@ -14,6 +14,14 @@ is refused. Within a process, one connection behind a lock (a save or load is a 
 milliseconds, so a lock costs nothing and keeps one connection's state simple); across
 processes, SQLite's own file locking, with a busy timeout. Each save is one ``BEGIN IMMEDIATE``
 transaction, so a reader sees the old state or the new one, never a mix.
+
+The Redis store (the ``redis`` package, ``pip install 'ctxbudget[redis]'``). Each state is one
+string key ``ctxbudget:state:KEY`` holding the same JSON, with a time to live (the idle time)
+set again by every save and load, so a conversation left idle that long is forgotten and
+nothing grows without bound. A conversation's compaction lock is ``ctxbudget:lock:KEY``: set
+only when absent, with its own time to live (``SET NX PX``), renewed by its holder while it
+compacts and released only with the holder's token (redis-py's `Lock`), so a holder killed
+mid-compaction frees it after the lock's time to live and the others go on.
 """
 
 from __future__ import annotations
@@ -22,16 +30,25 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
-from ctxbudget.agent.budget_session import CompactedPrefix, SessionState, without_adapter_meta
+from ctxbudget.agent.budget_session import (
+    DEFAULT_LOCK_WAIT_S,
+    CompactedPrefix,
+    SessionState,
+    SessionStore,
+    without_adapter_meta,
+)
 from ctxbudget.agent.events import CompactionRecord
 from ctxbudget.budget.rules import SessionEvidence, validate_window
 from ctxbudget.budget.usage import PromptGap
@@ -39,6 +56,7 @@ from ctxbudget.compaction.archive import MAX_RECORD_BYTES, user_cache_dir
 from ctxbudget.compaction.archive_file import open_regular
 from ctxbudget.compaction.records import message_from_record, message_to_record
 from ctxbudget.errors import ArchiveError, ConfigError, InputError
+from ctxbudget.extras import require
 from ctxbudget.messages._checks import (
     as_list,
     as_object,
@@ -52,10 +70,17 @@ from ctxbudget.messages._checks import (
 )
 from ctxbudget.messages.jsondepth import load_json
 
+if TYPE_CHECKING:
+    import redis
+
 __all__ = [
+    "DEFAULT_IDLE_TTL_S",
+    "DEFAULT_LOCK_TTL_S",
     "STATE_VERSION",
+    "RedisSessionStore",
     "SqliteSessionStore",
     "default_state_path",
+    "open_store",
     "state_from_json",
     "state_to_json",
 ]
@@ -67,6 +92,14 @@ MAX_STATE_CHARS = MAX_RECORD_BYTES
 """The longest state read or written, the archive's record cap (64 MiB)."""
 BUSY_TIMEOUT_MS = 10_000
 """How long a save waits for another process's transaction before it is an error."""
+DEFAULT_IDLE_TTL_S = 86_400.0
+"""How long Redis keeps a conversation's state after its last save or load (a day: a state holds
+up to a window of messages, and a forgotten conversation only costs one compaction again)."""
+DEFAULT_LOCK_TTL_S = 30.0
+"""How long a compaction lock outlives a holder that stopped renewing it (killed, cut off)."""
+REDIS_TIMEOUT_S = 5.0
+"""How long one Redis connect or command may take before it is an error (never a hang)."""
+_REDIS_OPTIONS = ("idle_ttl", "lock_ttl", "lock_wait")
 _TRIGGERS = ("context_pressure", "context_overflow")
 _FIELDS = frozenset(
     {
@@ -415,3 +448,278 @@ def _create_private(path: Path) -> None:
         raise InputError(
             f"{path}: the state store is open to other users (mode {mode:o}); run chmod 600 {path}"
         )
+
+
+# -- the Redis store -------------------------------------------------------------------------------
+
+
+class RedisSessionStore:
+    """A `SessionStore` in Redis at ``url`` (``redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]``,
+    ``rediss://`` for TLS), shared by every process given the same URL. A state expires
+    ``idle_ttl`` seconds after its last save or load; `lock` holds a conversation's compaction
+    lock (lost ``lock_ttl`` seconds after its holder stops renewing it; waited for up to
+    ``lock_wait``). Opening pings the server: one that is down or refuses is one
+    `ArchiveError` line naming it. Needs the ``redis`` package (the ``redis`` extra)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        idle_ttl: float = DEFAULT_IDLE_TTL_S,
+        lock_ttl: float = DEFAULT_LOCK_TTL_S,
+        lock_wait: float = DEFAULT_LOCK_WAIT_S,
+        namespace: str = "ctxbudget",
+    ) -> None:
+        redis_package = _import_redis()
+        address = _redis_address(url)
+        self.url = address.shown
+        self.idle_ttl = _seconds("idle_ttl", idle_ttl, url)
+        self.lock_ttl = _seconds("lock_ttl", lock_ttl, url)
+        self.lock_wait = _seconds("lock_wait", lock_wait, url, zero=True)
+        self._prefix = f"{namespace}:"
+        from redis.backoff import ExponentialBackoff
+        from redis.retry import Retry
+
+        self._client: redis.Redis = redis_package.Redis(
+            host=address.host,
+            port=address.port,
+            db=address.db,
+            username=address.username,
+            password=address.password,
+            ssl=address.tls,
+            socket_timeout=REDIS_TIMEOUT_S,
+            socket_connect_timeout=REDIS_TIMEOUT_S,
+            # One quick reconnect rides over a Redis restart; more would only delay the error.
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 1),
+        )
+        with self._errors("cannot reach Redis", hint="; start it or pass another --state"):
+            self._client.ping()
+
+    def load(self, key: str) -> SessionState | None:
+        """The state saved under ``key``, or None; its idle time starts again."""
+        name = self._state_key(key)
+        with self._errors("cannot load a state"):
+            pipe = self._client.pipeline(transaction=True)
+            pipe.get(name)
+            pipe.pexpire(name, _ms(self.idle_ttl))
+            text, _ = pipe.execute()
+        if text is None:
+            return None
+        if not isinstance(text, bytes):  # pragma: no cover - the client returns bytes
+            raise InputError(f"{self.url}[{key!r}]: the state is not text; save it again")
+        try:
+            return state_from_json(text, f"{self.url}[{key!r}]")
+        except InputError as exc:
+            raise InputError(_first_line(exc)) from None
+
+    def save(self, key: str, state: SessionState) -> None:
+        """Keep ``state`` under ``key`` (one ``SET``: a reader sees the old state or the new
+        one), expiring after the idle time."""
+        text = state_to_json(state)
+        with self._errors("cannot save a state"):
+            self._client.set(self._state_key(key), text.encode("ascii"), px=_ms(self.idle_ttl))
+
+    def keys(self) -> list[str]:
+        """The keys saved (and not expired), sorted."""
+        pattern = _glob_escape(self._prefix + "state:") + "*"
+        with self._errors("cannot list the states"):
+            names = list(self._client.scan_iter(match=pattern, count=1000))
+        start = len(self._prefix + "state:")
+        return sorted(bytes(n).decode("utf-8", "replace")[start:] for n in names)
+
+    @contextmanager
+    def lock(self, key: str) -> Iterator[bool]:
+        """Hold the compaction lock of conversation ``key`` (across every process on this
+        Redis): yields True once had, False when ``lock_wait`` ran out first. While held, a
+        thread renews it every third of ``lock_ttl``, so only a holder that died or lost Redis
+        loses it."""
+        from redis.exceptions import RedisError
+
+        lock = self._client.lock(
+            self._prefix + "lock:" + key,
+            timeout=self.lock_ttl,
+            sleep=min(0.05, self.lock_ttl / 10),
+            thread_local=False,  # the renewing thread uses the token too
+            raise_on_release_error=False,  # a lock that expired meanwhile: nothing to free
+        )
+        with self._errors("cannot take a compaction lock"):
+            held = lock.acquire(blocking=True, blocking_timeout=self.lock_wait)
+        if not held:
+            yield False
+            return
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(self.lock_ttl / 3):
+                try:
+                    lock.reacquire()
+                except RedisError:  # LockError too
+                    return  # lost (expired, or Redis unreachable): it frees itself
+
+        renewer = threading.Thread(target=renew, name="ctxbudget-lock-renew", daemon=True)
+        renewer.start()
+        try:
+            yield True
+        finally:
+            stop.set()
+            renewer.join()
+            # Expired already, or Redis gone: its time to live frees it; the work is done.
+            with suppress(RedisError):
+                lock.release()
+
+    def close(self) -> None:
+        """Close the connections (the states stay in Redis)."""
+        self._client.close()
+
+    def __enter__(self) -> RedisSessionStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _state_key(self, key: str) -> str:
+        return self._prefix + "state:" + key
+
+    @contextmanager
+    def _errors(self, doing: str, hint: str = "") -> Iterator[None]:
+        """A Redis failure as one `ArchiveError` line naming the server (never its password)."""
+        from redis.exceptions import RedisError
+
+        try:
+            yield
+        except RedisError as exc:
+            raise ArchiveError(f"{self.url}: {doing} ({_first_line(exc)}){hint}") from None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _RedisAddress:
+    host: str
+    port: int
+    db: int
+    username: str | None
+    password: str | None
+    tls: bool
+    shown: str
+    """The URL without its password or options, for messages."""
+
+
+def _redis_address(url: str) -> _RedisAddress:
+    """The parts of a ``redis://`` or ``rediss://`` URL (options refused here: `open_store`
+    takes them out); a malformed one is one `ConfigError` line."""
+    parts = urlsplit(url)
+    usage = "expected redis://HOST:PORT/DB"
+    if parts.scheme not in ("redis", "rediss"):
+        raise ConfigError(f"--state {_redacted(url)}: not a redis:// URL; {usage}")
+    if parts.query or parts.fragment:
+        raise ConfigError(
+            f"--state {_redacted(url)}: options go to open_store (idle_ttl, lock_ttl, lock_wait)"
+        )
+    try:
+        port = parts.port or 6379
+    except ValueError:
+        raise ConfigError(
+            f"--state {_redacted(url)}: the port must be a number from 1 to 65535; {usage}"
+        ) from None
+    host = parts.hostname
+    if not host:
+        raise ConfigError(f"--state {_redacted(url)}: no host; {usage}")
+    path = parts.path.strip("/")
+    if path and not re.fullmatch(r"[0-9]{1,5}", path):
+        raise ConfigError(
+            f"--state {_redacted(url)}: the database must be a number such as 0, got "
+            f"{shown(path[:40])}; {usage}"
+        )
+    db = int(path) if path else 0
+    shown_host = f"[{host}]" if ":" in host else host
+    return _RedisAddress(
+        host=host,
+        port=port,
+        db=db,
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+        tls=parts.scheme == "rediss",
+        shown=f"{parts.scheme}://{shown_host}:{port}/{db}",
+    )
+
+
+def _redacted(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (and cut to 200 characters)."""
+    return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)[:200]
+
+
+def _seconds(name: str, value: object, url: str, *, zero: bool = False) -> float:
+    """A duration option as seconds; zero (where not allowed), negative, infinite or not a
+    number is one `ConfigError` line."""
+    least = "0 or more" if zero else "more than 0"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"--state {_redacted(url)}: {name} must be seconds ({least})")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero):
+        raise ConfigError(
+            f"--state {_redacted(url)}: {name} must be seconds ({least}), got {shown(value)}"
+        )
+    if seconds > 365 * 86_400:
+        raise ConfigError(f"--state {_redacted(url)}: {name} must be at most a year in seconds")
+    return seconds
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def _import_redis() -> Any:
+    return require("redis", "redis", "a redis:// state store")
+
+
+# -- a store from a --state value ----------------------------------------------------------------
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def open_store(spec: str) -> SessionStore:
+    """The store a ``--state`` value names: a ``redis://`` or ``rediss://`` URL (options
+    ``?idle_ttl=SECONDS&lock_ttl=SECONDS&lock_wait=SECONDS``) is a `RedisSessionStore`; any
+    other value is the path of a `SqliteSessionStore` file. A URL of another scheme, an empty
+    value or a bad option is one `ConfigError` line."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(
+            "--state: empty; pass a file path (SQLite) or redis://HOST:PORT/DB (shared)"
+        )
+    if _URL.match(spec) is None:
+        return SqliteSessionStore(spec)
+    parts = urlsplit(spec)
+    if parts.scheme.lower() not in ("redis", "rediss"):
+        raise ConfigError(
+            f"--state {_redacted(spec)}: unknown scheme {parts.scheme!r}; pass a file path "
+            "(SQLite) or redis://HOST:PORT/DB (shared)"
+        )
+    options: dict[str, float] = {}
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name not in _REDIS_OPTIONS:
+            raise ConfigError(
+                f"--state {_redacted(spec)}: unknown option {shown(name[:40])}; known: "
+                + ", ".join(_REDIS_OPTIONS)
+            )
+        try:
+            options[name] = float(value)
+        except ValueError:
+            raise ConfigError(
+                f"--state {_redacted(spec)}: {name} must be seconds, got {shown(value[:40])}"
+            ) from None
+    url = spec.partition("#")[0].partition("?")[0]  # as written, for its messages
+    return RedisSessionStore(
+        url,
+        idle_ttl=options.get("idle_ttl", DEFAULT_IDLE_TTL_S),
+        lock_ttl=options.get("lock_ttl", DEFAULT_LOCK_TTL_S),
+        lock_wait=options.get("lock_wait", DEFAULT_LOCK_WAIT_S),
+    )

@@ -15,6 +15,7 @@ from ctxbudget.budget.rules import (
     get_policy,
     validate_window,
 )
+from ctxbudget.extras import pyplot
 
 __all__ = ["ThresholdRow", "plot_thresholds", "threshold_policies", "threshold_rows"]
 
@@ -111,10 +112,7 @@ def plot_thresholds(path: str, policies: Sequence[Policy]) -> None:
 
     Percentages are flat lines; reserves are curves that approach 100% as the window grows.
     """
-    import matplotlib  # imported here: plotting is optional and slow to import
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("thresholds --plot")
 
     windows = _windows()
     fig, ax = plt.subplots(figsize=(9, 5.5))

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ctxbudget.cli.inputs import iter_text
+from ctxbudget.extras import pyplot
 from ctxbudget.tokens import get_tokenizer
 from ctxbudget.tokens.calibrated import ESTIMATORS
 
@@ -106,10 +107,7 @@ def _table(result: dict[str, object]) -> Table:
 def write_plot(texts: list[dict[str, object]], reference: str, path: str | Path) -> Path:
     """One row per text, one marker per estimator at its ratio to the exact count; the
     under-count side shaded, our band drawn. Returns the path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("estimators --plot")
 
     names = list(ESTIMATORS)
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(texts) + 0.18 * len(names)))

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from ctxbudget.budget.rules import validate_window
 from ctxbudget.errors import ConfigError
+from ctxbudget.extras import pyplot
 from ctxbudget.replay.analyze import ReplayResult, replay_file, write_json
 from ctxbudget.replay.replay import WindowReplay, recorded_compactions
 from ctxbudget.replay.trace import FORMATS
@@ -311,6 +312,8 @@ def replay_command(
     """
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s", stream=sys.stderr)
     windows = tuple(validate_window(w, "--window") for w in windows)  # before any file is read
+    if plot_path:
+        pyplot("replay --plot")  # a missing `plot` extra is said before a long replay, not after
     params = dict(_param(p) for p in param_texts)
     files = _session_files(paths, scan)
     if len(files) != 1 or scan or len(paths) != 1 or os.path.isdir(paths[0]):

@@ -11,13 +11,14 @@ has not seen (``template_count.PieceCache``).
 
 from __future__ import annotations
 
+import sys
 from bisect import bisect_left
 from collections.abc import Hashable
+from typing import TYPE_CHECKING, cast
 
 from ctxbudget.counting.result import RequestCount, RunningCounts
 from ctxbudget.counting.scheme import NO_PIVOT, Scheme, SplitScheme
 from ctxbudget.counting.select import choose_scheme, counter_name_for_model
-from ctxbudget.counting.template_count import PieceCache, TemplateScheme
 from ctxbudget.messages.model import (
     Message,
     Request,
@@ -29,11 +30,29 @@ from ctxbudget.messages.model import (
 from ctxbudget.tokens.base import CounterKind, TokenCounter
 from ctxbudget.tokens.select import GENERIC_ESTIMATOR
 
+if TYPE_CHECKING:
+    from ctxbudget.counting.template_count import PieceCache, TemplateScheme
+
+
+def _as_template(scheme: Scheme | TemplateScheme) -> TemplateScheme | None:
+    """``scheme`` when it renders a Jinja template, else None.
+
+    Only ``choose_scheme`` makes a ``TemplateScheme``, importing ``template_count`` (and Jinja)
+    as it does; a scheme made while that module is unimported cannot be one, so counting with
+    the built-in schemes never loads Jinja.
+    """
+    module = sys.modules.get("ctxbudget.counting.template_count")
+    if module is not None and isinstance(scheme, module.TemplateScheme):
+        return cast("TemplateScheme", scheme)
+    return None
+
 
 def count_with(scheme: Scheme | TemplateScheme, request: Request) -> RequestCount:
     """A full count of ``request`` by one scheme, with nothing cached."""
-    if isinstance(scheme, TemplateScheme):
-        return scheme.count(request)
+    template = _as_template(scheme)
+    if template is not None:
+        return template.count(request)
+    scheme = cast("Scheme", scheme)  # a built-in scheme: every other kind
     messages = request.messages
     flags = scheme.flags(messages, 0, scheme.pivot(messages))
     counts, approx = RunningCounts(), False
@@ -81,12 +100,17 @@ class RequestCounter:
         that folder's tokenizer and template), else the generic estimate."""
         if counter is None:
             counter = counter_name_for_model(model) if model else GENERIC_ESTIMATOR
-        scheme = self._scheme = choose_scheme(counter, template=template, model=model)
-        self.name: str = scheme.name
+        chosen = choose_scheme(counter, template=template, model=model)
+        self.name: str = chosen.name
         self.kind: CounterKind = "exact"
         self._generation = 0
         """The reply primer's tokens (a built-in scheme's; a template counts its own)."""
-        if not isinstance(scheme, TemplateScheme):
+        self._template = _as_template(chosen)
+        """A Jinja template's scheme, which counts whole requests itself; None otherwise."""
+        self._pieces: PieceCache | None = None
+        """The template's token counts of text pieces, made with its first count."""
+        scheme = self._scheme = cast("Scheme", chosen)  # used only when _template is None
+        if self._template is None:
             self.kind, self._generation = scheme.kind, scheme.generation()
         self._head_of: tuple[str | None, tuple[ToolSpec, ...]] | None = None
         """The system prompt and tools ``_head`` was counted for; None before the first count
@@ -106,7 +130,6 @@ class RequestCounter:
         self._high = 0
         """The most messages a counted request has held: the cache keeps at least that many."""
         self._last: tuple[Request, RequestCount] | None = None
-        self._pieces = PieceCache()
 
     def count(self, request: Request) -> RequestCount:
         """The count of ``request``, equal to ``count_request`` with the same counter."""
@@ -123,12 +146,17 @@ class RequestCounter:
         last = self._last
         if last is not None and _same_request(last[0], request):
             return last[1]  # a loop often counts one request several times: before, at send
-        scheme = self._scheme
-        if isinstance(scheme, TemplateScheme):
-            result = scheme.count(request, self._pieces)
+        template = self._template
+        if template is not None:
+            if self._pieces is None:
+                from ctxbudget.counting.template_count import PieceCache
+
+                self._pieces = PieceCache()
+            result = template.count(request, self._pieces)
             self._pieces.trim()
             self._last = (request, result)
             return result
+        scheme = self._scheme
         if not same_head:
             self._head = scheme.head(request)
             self._head_of = (request.system, request.tools)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 from ctxbudget.counting.estimate_rules import EstimateScheme, tool_prompt_tokens
 from ctxbudget.counting.hf import FolderTemplate, load_folder_template, packaged_template
 from ctxbudget.counting.openai_rules import OpenAIScheme
 from ctxbudget.counting.qwen import NATIVE_CUT_TOKENS, NATIVE_TEMPLATES, QwenScheme
 from ctxbudget.counting.scheme import Scheme
-from ctxbudget.counting.template_count import TemplateScheme
 from ctxbudget.errors import UnknownNameError
 from ctxbudget.tokens.base import TokenCounter
 from ctxbudget.tokens.registry import (
@@ -20,6 +20,9 @@ from ctxbudget.tokens.registry import (
     tokenizer_for_model,
 )
 from ctxbudget.tokens.select import GENERIC_ESTIMATOR, get_counter
+
+if TYPE_CHECKING:
+    from ctxbudget.counting.template_count import TemplateScheme
 
 TEMPLATES = ("qwen3", "qwen2.5", "qwen3.5", "openai", "estimate")
 """Template names ``template=`` accepts; ``hf:PATH`` names a model folder's own template, and
@@ -63,14 +66,14 @@ def choose_scheme(
         native = _native(folder, tokenizer, name)
         if native is not None:
             return QwenScheme(tokenizer=tokenizer, template=native, label=resolved.name)
-        return TemplateScheme(
+        return _template_scheme()(
             name=resolved.name, template=folder, tokenizer=tokenizer, template_name=name or None
         )
     if chosen in ("qwen3", "qwen2.5"):
         return QwenScheme(tokenizer=_exact(resolved, chosen), template=chosen)
     if chosen == "qwen3.5":
         folder = FolderTemplate(templates=(("", packaged_template("qwen3.5.jinja")),))
-        return TemplateScheme(
+        return _template_scheme()(
             name=resolved.name, template=folder, tokenizer=_exact(resolved, chosen)
         )
     if chosen == "openai":
@@ -78,6 +81,14 @@ def choose_scheme(
     if chosen == "estimate":
         return EstimateScheme(resolved, tool_prompt_tokens(model))
     raise UnknownNameError("template", chosen, [*TEMPLATES, "hf:PATH"])
+
+
+def _template_scheme() -> type[TemplateScheme]:
+    """``TemplateScheme``, imported when a Jinja template is chosen: it loads Jinja, which
+    counting with the built-in schemes (and ``import ctxbudget``) never needs."""
+    from ctxbudget.counting.template_count import TemplateScheme
+
+    return TemplateScheme
 
 
 def _native(folder: FolderTemplate, tokenizer: ExactTokenizer, name: str) -> str | None:

@@ -174,6 +174,11 @@ class Conversations:
             session = self._session(parsed, f"{api}-{conversation_id}")
             if state is not None:
                 session.apply(state)
+            elif session.archive is not None and "window" not in session.archive.resumed.meta:
+                # What replay needs to draw the curve: the window and the model.
+                session.archive.append_meta(
+                    {"window": session.window, "model": parsed.model, "api": api}
+                )
             conversation = Conversation(
                 id=conversation_id, api=api, session=session, archive=session.archive
             )

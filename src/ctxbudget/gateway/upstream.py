@@ -26,6 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from ctxbudget.errors import ProviderError
 from ctxbudget.gateway.config import GatewayConfig
 from ctxbudget.providers.transport import ERROR_BODY_BYTES
 
@@ -52,14 +53,15 @@ other (RFC 9110 section 7.6.1, plus the lengths and encodings httpx and the serv
 _AUTH_HEADERS = frozenset({"authorization", "x-api-key"})
 
 
-class UpstreamError(Exception):
+class UpstreamError(ProviderError):
     """The upstream could not be reached, stalled, or sent more than a cap: ``kind`` is
-    ``"upstream"`` (502), ``"timeout"`` (504) or ``"too_large"`` (502)."""
+    ``"upstream"`` (502), ``"timeout"`` (504) or ``"too_large"`` (502). A `ProviderError`, so a
+    summary call that fails this way lets compaction fall back to truncation."""
 
     def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
+        super().__init__(message, status=504 if kind == "timeout" else 502)
         self.kind = kind
-        self.status = 504 if kind == "timeout" else 502
+        self.status: int = 504 if kind == "timeout" else 502
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,17 +7,8 @@ client), ``langchain`` (``create_agent`` middleware), ``pydantic_ai`` (a history
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
-
-from ctxbudget.errors import MissingDependencyError
+# ``require`` lives in ctxbudget.extras (plots and the gateway use it too); it stays importable
+# from here for the adapters and for code written against this module.
+from ctxbudget.extras import require
 
 __all__ = ["require"]
-
-
-def require(module: str, extra: str, what: str) -> ModuleType:
-    """Import ``module`` or raise a one-line `MissingDependencyError` naming the extra."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise MissingDependencyError(what, f"ctxbudget[{extra}]") from None

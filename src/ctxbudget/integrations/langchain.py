@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Unpack
 
-from ctxbudget.integrations import require
+from ctxbudget.extras import require
 from ctxbudget.integrations._guard import ContextGuard, GuardOptions, overflow_of
 from ctxbudget.integrations._view import Translated, translate
 from ctxbudget.messages.model import (

@@ -12,7 +12,7 @@ import asyncio
 from typing import Any, Unpack
 
 from ctxbudget.budget.usage import usage_from_openai_responses
-from ctxbudget.integrations import require
+from ctxbudget.extras import require
 from ctxbudget.integrations._guard import ContextGuard, GuardOptions, overflow_of
 from ctxbudget.integrations._responses import as_item, read_item, rebuild_item
 from ctxbudget.integrations._view import Substitution, Translated, UsageMemory, translate

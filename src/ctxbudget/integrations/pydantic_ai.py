@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Unpack
 
-from ctxbudget.integrations import require
+from ctxbudget.extras import require
 from ctxbudget.integrations._guard import (
     ADAPTER_META_PREFIX,
     ContextGuard,

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxbudget.extras import pyplot
 from ctxbudget.replay.analyze import ReplayResult
 from ctxbudget.replay.corpus import SessionSummary, aggregate
 from ctxbudget.replay.replay import (
@@ -29,10 +30,7 @@ _COMPACTION = "#2ca02c"
 def write_plot(result: ReplayResult, path: str | Path, *, window_index: int | None = None) -> Path:
     """Draw the seed's small-multiples figure, one column per replayed window (or only
     ``window_index``); return the path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("replay --plot")
 
     replayed = result.windows if window_index is None else (result.windows[window_index],)
     rows, cols = len(result.policies), len(replayed)
@@ -150,10 +148,7 @@ def _legend_handles() -> list[Any]:
 
 def write_corpus_plot(summaries: Sequence[SessionSummary], path: str | Path) -> Path:
     """The corpus view: per window, each rule's late segments and mean fill at fire."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("replay --plot")
 
     rows = aggregate(summaries)
     windows = sorted({r.window for r in rows})
