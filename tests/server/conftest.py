@@ -7,7 +7,7 @@ Run by ``make test-server`` (``-m server``); ``make test`` deselects these tests
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -18,13 +18,20 @@ from llama_harness import SERVER_CTX, LlamaServer, build_server, write_gguf
 
 
 def _serve(
-    binary: Path, folder: Path, name: str, pre: str, seed: int, factory: pytest.TempPathFactory
+    binary: Path,
+    folder: Path,
+    name: str,
+    pre: str,
+    seed: int,
+    factory: pytest.TempPathFactory,
+    extra: Sequence[str] = (),
 ) -> Iterator[LlamaServer]:
     """llama-server on a random-weight GGUF written from ``folder`` (``pre``: llama.cpp's name
-    for its pre-tokenizer), for the length of a session fixture."""
+    for its pre-tokenizer), for the length of a session fixture; ``extra``: more flags."""
     where = factory.mktemp("llama")
     model = write_gguf(folder, where / f"{name}-tiny.gguf", pre=pre, seed=seed)
-    with LlamaServer(binary, model, ctx=SERVER_CTX, log=where / "server.log") as server:
+    log = where / "server.log"
+    with LlamaServer(binary, model, ctx=SERVER_CTX, log=log, extra=extra) as server:
         yield server
 
 
@@ -44,6 +51,19 @@ def qwen_server(
 ) -> Iterator[LlamaServer]:
     """llama-server on a random-weight GGUF around Qwen2.5's tokenizer and template."""
     yield from _serve(llama_server_binary, qwen_folder, "qwen2.5", "qwen2", 1, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def qwen_generating_server(
+    llama_server_binary: Path, qwen_folder: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LlamaServer]:
+    """`qwen_server`'s model on one thread: for tests whose replies and summaries are generated
+    (the gateway's). On a loaded 2-core machine one thread generates ~10x faster than two
+    (measured: 2-4 ms a token against 22-25 ms), which wait on each other every token."""
+    yield from _serve(
+        llama_server_binary, qwen_folder, "qwen2.5", "qwen2", 1, tmp_path_factory,
+        extra=("-t", "1", "-tb", "1"),  # later flags win over the harness's own -t 2
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="session")

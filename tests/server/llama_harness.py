@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -148,11 +149,15 @@ def free_port() -> int:
 class LlamaServer:
     """``llama-server`` on 127.0.0.1 with a ``ctx``-token window; stopped by its PID on exit."""
 
-    def __init__(self, binary: Path, model: Path, *, ctx: int, log: Path) -> None:
+    def __init__(
+        self, binary: Path, model: Path, *, ctx: int, log: Path, extra: Sequence[str] = ()
+    ) -> None:
         self.binary = binary
         self.model = model
         self.ctx = ctx
         self.log = log
+        self.extra = tuple(extra)
+        """More ``llama-server`` flags (``-n 8``: the server caps every reply's length)."""
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -168,6 +173,7 @@ class LlamaServer:
             "-np", "1",  # one slot: the whole -c is the request's window
             "-t", "2", "--seed", "7",
             "--ignore-eos",  # random weights would end replies at random; cuts must be by length
+            *self.extra,
         ]  # fmt: skip
         with self.log.open("wb") as sink:
             self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)

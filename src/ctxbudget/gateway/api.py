@@ -22,6 +22,7 @@ Contract for implementations (stable: the Responses and Messages modules build o
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -30,7 +31,7 @@ from ctxbudget.integrations._view import Translated
 from ctxbudget.messages.model import Request
 from ctxbudget.messages.usage import Usage
 
-__all__ = ["ErrorKind", "JsonBody", "Parsed", "WireApi", "first_text"]
+__all__ = ["ErrorKind", "JsonBody", "Parsed", "WireApi", "first_text", "merge_usage"]
 
 JsonBody = dict[str, Any]
 """A request or reply body as read from JSON."""
@@ -143,3 +144,19 @@ def first_text(value: Mapping[str, Any] | None, *keys: str) -> str | None:
         else:
             return None
     return current if isinstance(current, str) else None
+
+
+def merge_usage(total: Usage | None, part: Usage | None) -> Usage | None:
+    """A stream's usage so far with one more partial report (`WireApi.stream_usage`): each
+    non-zero count of ``part`` replaces the one before, the others stay (Anthropic reports the
+    prompt in ``message_start`` and only the reply's tokens in ``message_delta``)."""
+    if part is None:
+        return total
+    if total is None:
+        return part
+    changes = {
+        f.name: getattr(part, f.name)
+        for f in dataclasses.fields(Usage)
+        if getattr(part, f.name) not in (0, None)
+    }
+    return dataclasses.replace(total, **changes)

@@ -7,7 +7,9 @@ Routes:
   conversation, and sent through the conversation's `BudgetSession.arun` (the one budget loop:
   floor, rule, compaction, overflow recovery, retry once); the reply is passed back as it came,
   streamed event by event, with the ``x-ctxbudget-*`` headers saying what was done.
-- ``GET /ctxbudget/status``: the conversations as JSON.
+- ``POST /v1/messages/count_tokens``: the count of what would be forwarded (Anthropic's).
+- ``GET /ctxbudget/status``: the conversations as JSON; ``GET /`` its page, ``GET /metrics``,
+  ``GET /healthz`` (`ctxbudget.gateway.lifecycle.ops_routes`).
 - Every other path and method: passed through to the upstream unchanged (body capped).
 
 Errors leave in the client's API's own shape (`WireApi.error`); the upstream's own errors that
@@ -36,8 +38,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ctxbudget.agent.budget_session import Reply
-from ctxbudget.agent.session_store import SqliteSessionStore
+from ctxbudget.agent.session_store import SqliteSessionStore, open_store
 from ctxbudget.budget.floor import one_line
+from ctxbudget.budget.reply_room import clamp_max_tokens
 from ctxbudget.errors import (
     CompactionError,
     ConfigError,
@@ -46,11 +49,16 @@ from ctxbudget.errors import (
     InputError,
     PromptFloorExceeded,
 )
-from ctxbudget.gateway.api import JsonBody, Parsed, WireApi
+from ctxbudget.gateway.api import JsonBody, Parsed, WireApi, merge_usage
 from ctxbudget.gateway.chat import CHAT
 from ctxbudget.gateway.config import GatewayConfig
 from ctxbudget.gateway.conversations import Conversation, Conversations
 from ctxbudget.gateway.discover import discover_window
+from ctxbudget.gateway.lifecycle import Health, mount_ops, ops_routes
+from ctxbudget.gateway.logs import RequestLog, log_request
+from ctxbudget.gateway.messages_api import MESSAGES, count_tokens
+from ctxbudget.gateway.metrics import GatewayMetrics
+from ctxbudget.gateway.responses import RESPONSES
 from ctxbudget.gateway.sse import SseParser
 from ctxbudget.gateway.upstream import StreamReply, Upstream, UpstreamError
 from ctxbudget.messages.jsondepth import json_depth
@@ -63,9 +71,11 @@ __all__ = ["DEFAULT_APIS", "Gateway", "create_app"]
 
 log = logging.getLogger("ctxbudget.gateway")
 
-DEFAULT_APIS: tuple[WireApi, ...] = (CHAT,)
+DEFAULT_APIS: tuple[WireApi, ...] = (CHAT, RESPONSES, MESSAGES)
 """The wire APIs served when `create_app` is given none."""
 STATUS_PATH = "/ctxbudget/status"
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+CLAMPED_HEADER = "x-ctxbudget-max-tokens-clamped"
 _MOCK_WINDOW = 8192
 """The embedded mock model's window when ``--window`` is not given."""
 
@@ -92,6 +102,8 @@ class _Forwarded:
     json: JsonBody | None = None
     stream: StreamReply | None = None
     strip_usage: bool = False
+    clamped: int | None = None
+    """The reply limit forwarded in place of the client's larger one (`clamp_max_tokens`)."""
 
 
 class Gateway:
@@ -110,13 +122,19 @@ class Gateway:
         if transport is None and config.is_mock:
             transport = _mock_transport(config)
         self.upstream = Upstream(config, transport)
-        self.store = store if store is not None else SqliteSessionStore(config.state)
+        if store is None:
+            store = SqliteSessionStore() if config.state is None else open_store(str(config.state))
+        self.store = store
         self.window: int | None = config.window or (_MOCK_WINDOW if config.is_mock else None)
         self.window_source = "--window" if config.window else None
         self._conversations: Conversations | None = None
         self._ready = asyncio.Lock()
         self.summary_calls = 0
         """Summary requests sent upstream so far (tests and the status page read it)."""
+        self.metrics = GatewayMetrics(
+            conversations=lambda: 0 if self._conversations is None else len(self._conversations)
+        )
+        self.health = Health()
 
     async def conversations(self) -> Conversations:
         """The conversations, once the window is known (discovered on first use)."""
@@ -143,7 +161,9 @@ class Gateway:
                     if self.config.is_mock
                     else provider_name_for(self.upstream.base_url),
                     base_url=None if self.config.is_mock else self.upstream.shown(),
+                    on_event=self.metrics.on_session_event,
                 )
+                self.metrics.set_upstream_window(window)
         return self._conversations
 
     async def aclose(self) -> None:
@@ -159,6 +179,7 @@ class Gateway:
 
     async def guarded(self, http: HttpRequest, api: WireApi) -> Response:
         """``POST`` on an API's path."""
+        timer = _Tracked(self, api, http.url.path)
         try:
             self.check_key(http)
             raw = await self.read_body(http)
@@ -167,22 +188,31 @@ class Gateway:
                 parsed = api.parse(body)
             except InputError as exc:
                 raise _Refused(400, "invalid_request", one_line(str(exc))) from None
+            timer.model, timer.stream = parsed.model, parsed.stream
             if parsed.passthrough is not None:
-                return await self.forward(http, raw, passthrough=parsed.passthrough)
+                passed = await self.forward(http, raw, passthrough=parsed.passthrough)
+                timer.done("passthrough", passed.status_code)
+                return passed
             conversations = await self.conversations()
             conversation = await conversations.find(api.name, parsed)
-            return await self._run(http, api, raw, body, parsed, conversations, conversation)
+            return await self._run(http, api, raw, body, parsed, conversations, conversation, timer)
         except _Refused as exc:
+            timer.done("client_error", exc.status)
             return _error(api, exc.status, exc.kind, str(exc))
         except PromptFloorExceeded as exc:
+            timer.done("floor", 400)
             return _error(api, 400, "context_length_exceeded", one_line(str(exc)))
         except CompactionError as exc:
+            timer.done("overflow", 400)
             return _error(api, 400, "context_length_exceeded", one_line(str(exc)))
         except UpstreamError as exc:
+            timer.done("upstream_error", exc.status)
             return _error(api, exc.status, exc.kind, str(exc))
         except InputError as exc:
+            timer.done("client_error", 400)
             return _error(api, 400, "invalid_request", one_line(str(exc)))
         except CtxbudgetError as exc:
+            timer.done("upstream_error", 500)
             log.warning("gateway error: %s", one_line(str(exc)))
             return _error(api, 500, "upstream", one_line(str(exc)))
 
@@ -195,8 +225,10 @@ class Gateway:
         parsed: Parsed,
         conversations: Conversations,
         conversation: Conversation,
+        timer: _Tracked,
     ) -> Response:
         session = conversation.session
+        timer.conversation, timer.window = conversation.id, session.window
         messages = conversations.attach_usage(conversation, parsed.request.messages)
         request = parsed.request.with_messages(messages)
         if request.max_output_tokens is None:
@@ -207,14 +239,16 @@ class Gateway:
         summarizer = _UpstreamSummarizer(self, api, model, headers, session.window)
 
         async def send(sent: Request) -> _Forwarded:
-            return await self._send(api, raw, body, parsed, request, sent, headers, session)
+            return await self._send(
+                http, api, raw, body, parsed, request, sent, headers, session, timer
+            )
 
         def read_reply(result: _Forwarded) -> Reply | None:
             if result.json is None:
                 return None
             usage = api.usage(result.json)
             stop = api.stop_reason(result.json)
-            return None if usage is None or stop is None else Reply(usage, stop)
+            return None if usage is None or stop is None else _reply(result, usage, stop)
 
         result = await session.arun(
             request, send, summarizer=summarizer, reply=read_reply, new_turn=True
@@ -228,9 +262,23 @@ class Gateway:
             "x-ctxbudget-compacted": "0" if result.sent.messages is request.messages else "1",
             "x-ctxbudget-conversation": conversation.id,
         }
+        if result.clamped is not None:
+            out_headers[CLAMPED_HEADER] = str(result.clamped)
+        compacted = out_headers["x-ctxbudget-compacted"] == "1"
+        received = result.tokens  # the list as the client sent it: counted again if changed
+        if compacted:
+            received = await asyncio.to_thread(lambda: session.counter.count(request).total)
+        outcome = "compacted" if compacted else "ok"
         if result.stream is not None:
             return StreamingResponse(
-                self._stream(api, result, conversations, conversation),
+                self._stream(
+                    api,
+                    result,
+                    conversations,
+                    conversation,
+                    timer,
+                    (outcome, int(received), result.tokens, compacted),
+                ),
                 status_code=result.status,
                 headers=out_headers,
             )
@@ -239,10 +287,18 @@ class Gateway:
             if usage is not None:
                 conversation.memory.usage = session.record(usage, prompt_tokens=result.tokens)
         await asyncio.to_thread(conversations.save, conversation)
+        timer.done(
+            outcome if result.status < 400 else "upstream_error",
+            result.status,
+            received=int(received),
+            forwarded=result.tokens,
+            compacted=compacted,
+        )
         return Response(result.body, status_code=result.status, headers=out_headers)
 
     async def _send(
         self,
+        http: HttpRequest,
         api: WireApi,
         raw: bytes,
         body: JsonBody,
@@ -251,36 +307,62 @@ class Gateway:
         sent: Request,
         headers: dict[str, str],
         session: Any,
+        timer: _Tracked,
     ) -> _Forwarded:
-        """Send ``sent`` upstream; an overflow is raised as `ContextOverflowError` (the session
-        recovers and retries once), any other error reply is returned to be passed back."""
-        unchanged = sent.messages is request.messages
-        forward = body if unchanged else api.forward_body(body, parsed, sent, None)
+        """Send ``sent`` upstream (to the path and query the client used: ``?beta=true``
+        stays); an overflow is raised as `ContextOverflowError` (the session recovers and retries
+        once), any other error reply is returned to be passed back."""
+        count = await asyncio.to_thread(session.counter.count, sent)
+        tokens = int(count.total)
+        # A reply limit larger than the window leaves is lowered to it (Claude Code asks for
+        # 128,000 of an 8K window); the session then reads a reply stopped there as asked.
+        asked = parsed.request.max_output_tokens
+        limit = clamp_max_tokens(
+            asked, window=session.window, prompt_tokens=tokens, reserve=session.max_output_tokens
+        )
+        clamped = limit if limit is not None and asked is not None and limit < asked else None
+        if clamped is not None:
+            sent = dataclasses.replace(sent, max_output_tokens=clamped)
+        if sent.messages is request.messages and clamped is None:
+            forward = body  # nothing changed
+        else:
+            forward = api.forward_body(body, parsed, sent, clamped)
         strip = False
         if parsed.stream:
             forward, strip = api.prepare_stream(forward)
         # The body as received when nothing changed: no second serialisation.
         content = raw if forward is body else orjson.dumps(forward)
-        count = await asyncio.to_thread(session.counter.count, sent)
-        tokens = int(count.total)
-        reply = await self.upstream.open("POST", api.path, headers=headers, content=content)
+        if self.config.log_messages:
+            timer.messages = forward.get("messages", forward.get("input"))
+        timer.begin_upstream()  # ends when the reply is read (a stream: at its end)
+        reply = await self.upstream.open(
+            "POST", http.url.path, headers=headers, content=content, query=http.url.query
+        )
         if reply.status >= 400:
             try:
                 text = await reply.read()
             finally:
                 await reply.aclose()
+                timer.end_upstream()
             found = _overflow(reply.status, text)
             if found is not None:
                 raise found
-            return _Forwarded(sent, tokens, reply.status, reply.headers, body=text)
+            return _Forwarded(sent, tokens, reply.status, reply.headers, body=text, clamped=clamped)
         if parsed.stream:
             return _Forwarded(
-                sent, tokens, reply.status, reply.headers, stream=reply, strip_usage=strip
+                sent,
+                tokens,
+                reply.status,
+                reply.headers,
+                stream=reply,
+                strip_usage=strip,
+                clamped=clamped,
             )
         try:
             data = await reply.read()
         finally:
             await reply.aclose()
+            timer.end_upstream()
         try:
             value = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -292,6 +374,7 @@ class Gateway:
             reply.headers,
             body=data,
             json=value if isinstance(value, dict) else None,
+            clamped=clamped,
         )
 
     async def _stream(
@@ -300,6 +383,8 @@ class Gateway:
         result: _Forwarded,
         conversations: Conversations,
         conversation: Conversation,
+        timer: _Tracked,
+        counted: tuple[str, int, int, bool],
     ) -> AsyncIterator[bytes]:
         """The upstream's events as they arrive, less the usage chunk the gateway asked for;
         the usage is recorded when the stream ends (also when the client went away)."""
@@ -312,7 +397,7 @@ class Gateway:
                 out: list[bytes] = []
                 for event in parser.feed(chunk):
                     if event.data is not None:
-                        usage = api.stream_usage(event.name, event.data) or usage
+                        usage = merge_usage(usage, api.stream_usage(event.name, event.data))
                         stop = api.stream_stop_reason(event.name, event.data) or stop
                         if result.strip_usage and api.is_extra_usage_event(event.name, event.data):
                             continue
@@ -329,15 +414,24 @@ class Gateway:
         finally:
             with anyio.CancelScope(shield=True):
                 await result.stream.aclose()
+                timer.end_upstream()
+                outcome, received, forwarded, compacted = counted
+                timer.done(
+                    outcome,
+                    result.status,
+                    received=received,
+                    forwarded=forwarded,
+                    compacted=compacted,
+                )
                 await asyncio.to_thread(
-                    self._streamed, conversations, conversation, result.sent, usage, stop
+                    self._streamed, conversations, conversation, result, usage, stop
                 )
 
     def _streamed(
         self,
         conversations: Conversations,
         conversation: Conversation,
-        sent: Request,
+        result: _Forwarded,
         usage: Usage | None,
         stop: str | None,
     ) -> None:
@@ -347,7 +441,8 @@ class Gateway:
         if usage is not None:
             recorded = session.record(usage, prompt_tokens=conversation.last_tokens)
             conversation.memory.usage = recorded
-            if stop is not None and session.cut(sent, Reply(usage, stop)) is None:
+            sent = result.sent
+            if stop is not None and session.cut(sent, _reply(result, usage, stop)) is None:
                 session.check_truncation(sent, usage)
         conversations.save(conversation)
 
@@ -445,6 +540,94 @@ class Gateway:
                 "conversations": [] if conversations is None else conversations.status(),
             }
         )
+
+    async def count_tokens(self, http: HttpRequest) -> Response:
+        """``POST /v1/messages/count_tokens``: Anthropic's count of the request that would be
+        forwarded (a stored compaction in place of the prefix it replaced), counted as a real
+        request is. Nothing is sent upstream and no conversation is started."""
+        try:
+            self.check_key(http)
+            body = self.parse_json(await self.read_body(http))
+            try:
+                parsed = MESSAGES.parse(body)
+            except InputError as exc:
+                raise _Refused(400, "invalid_request", one_line(str(exc))) from None
+            conversations = await self.conversations()
+            counter, request = await conversations.view(MESSAGES.name, parsed)
+            answer = await asyncio.to_thread(
+                count_tokens, parsed, lambda _: int(counter.count(request).total)
+            )
+        except _Refused as exc:
+            return _error(MESSAGES, exc.status, exc.kind, str(exc))
+        except InputError as exc:
+            return _error(MESSAGES, 400, "invalid_request", one_line(str(exc)))
+        except CtxbudgetError as exc:
+            return _error(MESSAGES, 500, "upstream", one_line(str(exc)))
+        return Response(orjson.dumps(answer), media_type="application/json")
+
+
+class _Tracked:
+    """One guarded request's metrics (`RequestTimer`) and its log line (`RequestLog`): the
+    upstream time between `begin_upstream` and `end_upstream`, then `done`, once."""
+
+    def __init__(self, gateway: Gateway, api: WireApi, path: str) -> None:
+        self.timer = gateway.metrics.timer(api.name)
+        self.api = api.name
+        self.path = path
+        self.model: str | None = None
+        self.stream = False
+        self.conversation: str | None = None
+        self.window: int | None = None
+        self.messages: Any = None
+        """The conversation as forwarded (only with ``log_messages``)."""
+
+    def begin_upstream(self) -> None:
+        """Upstream time starts (the forwarded request is sent)."""
+        self.timer.begin_upstream()
+
+    def end_upstream(self) -> None:
+        """Upstream time ends (the reply was read, or the stream ended)."""
+        self.timer.end_upstream()
+
+    def done(
+        self,
+        outcome: str,
+        status: int,
+        *,
+        received: int | None = None,
+        forwarded: int | None = None,
+        compacted: bool = False,
+    ) -> None:
+        """The request ended: counted in the metrics and logged (the first call only)."""
+        if self.timer.timing is not None:
+            return
+        timing = self.timer.done(outcome, received=received, forwarded=forwarded)
+        entry = RequestLog(
+            api=self.api,
+            path=self.path,
+            status=status,
+            outcome=outcome,
+            conversation=self.conversation,
+            model=self.model,
+            stream=self.stream,
+            tokens_received=received,
+            tokens_forwarded=forwarded,
+            window=self.window,
+            compacted=compacted,
+            upstream_ms=round(timing.upstream_ms, 3),
+            overhead_ms=round(timing.overhead_ms, 3),
+            duration_ms=round(timing.duration_ms, 3),
+        )
+        messages = self.messages if isinstance(self.messages, list) else None
+        log_request(entry, messages=messages)
+
+
+def _reply(result: _Forwarded, usage: Usage, stop: str) -> Reply:
+    """The reply as the session reads it. One stopped at the limit the gateway lowered
+    (`_Forwarded.clamped`) stopped where it was asked to, not at a smaller window's end."""
+    if result.clamped is not None and stop == "length" and usage.output_tokens >= result.clamped:
+        stop = "max_tokens_clamped"
+    return Reply(usage, stop)
 
 
 async def _passed(reply: StreamReply) -> AsyncIterator[bytes]:
@@ -560,10 +743,16 @@ def create_app(
     app = Starlette(
         routes=[
             *(guarded_route(api) for api in apis),
+            *(
+                [Route(COUNT_TOKENS_PATH, gateway.count_tokens, methods=["POST"])]
+                if MESSAGES in apis
+                else []
+            ),
             Route(STATUS_PATH, gateway.status, methods=["GET"]),
             Route("/{path:path}", gateway.forward, methods=methods),
         ],
         lifespan=lifespan,
     )
+    mount_ops(app, ops_routes(gateway.metrics, gateway.health, status_path=STATUS_PATH))
     app.state.gateway = gateway
     return app

@@ -49,8 +49,9 @@ class GatewayConfig:
     """The reply room reserved when the client names none; None: a share of the window."""
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
-    state: Path | None = None
-    """The SQLite state file; None: ``state.sqlite3`` in the user cache folder."""
+    state: Path | str | None = None
+    """The state store (`open_store`): a SQLite file, or a ``redis://`` URL that several
+    gateway instances share; None: ``state.sqlite3`` in the user cache folder."""
     archive_dir: Path | None = None
     """Where each conversation's archive goes; None: ``archives/`` next to the state file."""
     client_key: str | None = field(default=None, repr=False)
@@ -72,6 +73,9 @@ class GatewayConfig:
     """The largest upstream reply read (a stream's total included)."""
     max_live_conversations: int = 1024
     """Conversations kept in memory; older ones are saved and reloaded from the store."""
+    log_messages: bool = False
+    """``--log-messages``: each request's log line holds the conversation as forwarded (off:
+    numbers and names only, see `ctxbudget.gateway.logs`)."""
 
     @property
     def is_mock(self) -> bool:

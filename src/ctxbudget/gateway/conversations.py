@@ -15,6 +15,10 @@ starts with:
   matched by looking up its own prefixes' digests, longest first. A state found is taken only
   when the prefix its compaction replaced (`SessionState.prefix`, by `prefix_digest`) is still
   the request's prefix, so the stored compaction is reused with no second summary call.
+- Several gateway instances may share one store (``--state redis://...``): each session is
+  built with the store and its key, so a compaction is made once across them (under the
+  store's lock) and a save never puts an older state over a newer compaction; a live
+  conversation takes over a compaction another instance saved before each request.
 
 The compacted view itself, the decision to compact and the retry are the session's: the same
 contract `guard_openai` has (`BudgetSession.prepare` replaces the prefix by its view).
@@ -38,7 +42,13 @@ from typing import Any
 
 import orjson
 
-from ctxbudget.agent.budget_session import BudgetSession, SessionState, SessionStore, prefix_digest
+from ctxbudget.agent.budget_session import (
+    BudgetSession,
+    EventSink,
+    SessionState,
+    SessionStore,
+    prefix_digest,
+)
 from ctxbudget.budget.context import RequestCounterLike
 from ctxbudget.compaction.archive import Archive
 from ctxbudget.compaction.archive_file import open_regular
@@ -46,7 +56,7 @@ from ctxbudget.errors import ArchiveError
 from ctxbudget.gateway.api import Parsed
 from ctxbudget.gateway.config import GatewayConfig
 from ctxbudget.integrations._view import UsageMemory
-from ctxbudget.messages.model import Message
+from ctxbudget.messages.model import Message, Request
 
 __all__ = ["MAX_STORE_LOOKUPS", "Conversation", "Conversations", "item_chain"]
 
@@ -98,19 +108,19 @@ class Conversation:
 
     def status(self) -> dict[str, Any]:
         """This conversation for ``GET /ctxbudget/status``."""
-        report = self.session.report()
-        return {
-            "id": self.id,
-            "api": self.api,
-            "requests": self.requests,
-            "window": report["window"],
-            "tokens": self.last_tokens,
-            "overflows": report["overflows"],
-            "compactions": len(report["compactions"]),
-            "summaries": len(self.session.summaries),
-            "created": self.created,
-            "updated": self.updated,
-        }
+        from ctxbudget.gateway.status_page import conversation_status
+
+        return dict(
+            conversation_status(
+                self.id,
+                self.session,
+                tokens=self.last_tokens,
+                api=self.api,
+                requests=self.requests,
+                created=self.created,
+                updated=self.updated,
+            )
+        )
 
 
 class Conversations:
@@ -124,7 +134,9 @@ class Conversations:
         window: int,
         provider_name: str | None = None,
         base_url: str | None = None,
+        on_event: EventSink | None = None,
     ) -> None:
+        self.on_event = on_event
         self.config = config
         self.store = store
         self.window = window
@@ -146,8 +158,49 @@ class Conversations:
                 found = self._by_endpoint.get(digest)
                 if found is not None:
                     self._live.move_to_end(found.key)
-                    return found
-        return await asyncio.to_thread(self._resume_or_create, api, parsed, chain)
+                    break
+            else:
+                found = None
+        if found is None:
+            return await asyncio.to_thread(self._resume_or_create, api, parsed, chain)
+        await asyncio.to_thread(self._refresh, found)
+        return found
+
+    def _refresh(self, conversation: Conversation) -> None:
+        """Take over a newer compaction of ``conversation`` that another instance saved in the
+        shared store since this one last saw it (its view is then the one forwarded here too)."""
+        session = conversation.session
+        stored = self.store.load(conversation.key)
+        if stored is not None and len(stored.compactions) > len(session.compactions):
+            session.apply(stored)
+
+    async def view(self, api: str, parsed: Parsed) -> tuple[RequestCounterLike, Request]:
+        """What would be forwarded for ``parsed`` and the counter it is counted with, changing
+        nothing: its conversation's stored compaction in place of the prefix it replaced (the
+        live session's, else one in the store), else ``parsed.request`` as it came."""
+        chain = item_chain(api, parsed.head, parsed.translated.items)
+        messages = parsed.request.messages
+        with self._lock:
+            live = next((c for d in reversed(chain) if (c := self._by_endpoint.get(d))), None)
+        if live is not None:
+            state: SessionState | None = live.session.snapshot()
+            counter = live.session.counter
+        else:
+            state = await asyncio.to_thread(self._stored_state, api, messages, chain)
+            counter = self._counter(parsed)
+        if state is None or state.prefix is None or not _prefix_holds(state, messages):
+            return counter, parsed.request
+        view = (*state.prefix.view, *messages[state.prefix.length :])
+        return counter, parsed.request.with_messages(view)
+
+    def _stored_state(
+        self, api: str, messages: tuple[Message, ...], chain: list[bytes]
+    ) -> SessionState | None:
+        for digest in list(reversed(chain))[:MAX_STORE_LOOKUPS]:
+            state = self.store.load(f"{api}:{digest.hex()}")
+            if state is not None and _prefix_holds(state, messages):
+                return state
+        return None
 
     def _resume_or_create(self, api: str, parsed: Parsed, chain: list[bytes]) -> Conversation:
         messages = parsed.request.messages
@@ -171,7 +224,7 @@ class Conversations:
                 suffix += 1
                 key = f"{api}:{conversation_id}-{suffix}"
             conversation_id = key.split(":", 1)[1]
-            session = self._session(parsed, f"{api}-{conversation_id}")
+            session = self._session(parsed, f"{api}-{conversation_id}", key)
             if state is not None:
                 session.apply(state)
             elif session.archive is not None and "window" not in session.archive.resumed.meta:
@@ -186,20 +239,26 @@ class Conversations:
             self._evict()
             return conversation
 
-    def _session(self, parsed: Parsed, name: str) -> BudgetSession:
+    def _counter(self, parsed: Parsed) -> RequestCounterLike:
         from ctxbudget.counting import RequestCounter  # loads a vocabulary on first use
 
-        tokenizer = self.config.tokenizer
-        counter: RequestCounterLike = RequestCounter(tokenizer, model=parsed.model)
+        return RequestCounter(self.config.tokenizer, model=parsed.model)
+
+    def _session(self, parsed: Parsed, name: str, key: str) -> BudgetSession:
+        """The session of the conversation saved under ``key``: compacting under the store's
+        lock for it, saving there without overwriting a newer compaction."""
         return BudgetSession(
             window=self.window,
-            counter=counter,
+            counter=self._counter(parsed),
             policy=self.config.policy,
             strategy=self.config.strategy,
             archive=self._archive(name),
             max_output_tokens=self.config.max_output_tokens,
             provider_name=self.provider_name,
             base_url=self.base_url,
+            on_event=self.on_event,
+            store=self.store,
+            key=key,
         )
 
     def _archive(self, name: str) -> Archive:
@@ -236,7 +295,8 @@ class Conversations:
             conversation.updated = time.time()
 
     def save(self, conversation: Conversation) -> None:
-        """Save the conversation's state (blocking: call it from a worker thread)."""
+        """Save the conversation's state (blocking: call it from a worker thread); a state older
+        than a compaction another instance saved is not written over it."""
         conversation.session.save(self.store, conversation.key)
 
     def attach_usage(self, conversation: Conversation, messages: tuple[Message, ...]) -> Any:
@@ -248,6 +308,11 @@ class Conversations:
         with self._lock:
             live = list(self._live.values())
         return [c.status() for c in reversed(live)]
+
+    def __len__(self) -> int:
+        """Conversations live in memory now."""
+        with self._lock:
+            return len(self._live)
 
     def close(self) -> None:
         """Close every archive (the states are saved after each request)."""
@@ -272,7 +337,9 @@ def _prefix_holds(state: SessionState, messages: tuple[Message, ...]) -> bool:
 def _default_archive_dir(config: GatewayConfig) -> Path:
     from ctxbudget.agent.session_store import default_state_path
 
-    state = config.state or default_state_path()
+    state = config.state
+    if state is None or "://" in str(state):  # a shared store (URL): archives stay local
+        state = default_state_path()
     return Path(state).parent / "archives"
 
 

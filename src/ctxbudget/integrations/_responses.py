@@ -1,7 +1,8 @@
 """OpenAI Responses API input items <-> our messages (used by the SDK guard and the Agents SDK).
 
 A ``function_call`` item is an assistant message with one tool call, a ``function_call_output``
-its tool result; reasoning and hosted-tool items carry nothing we count.
+its tool result (so are a ``custom_tool_call``, whose free-form ``input`` is its arguments, and
+its ``custom_tool_call_output``); reasoning and hosted-tool items carry nothing we count.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ def read_item(item: Item) -> tuple[Message, ...]:
     if kind == "function_call":
         call = ToolCall(id=item["call_id"], name=item["name"], arguments=item.get("arguments", ""))
         return (Message(role="assistant", tool_calls=(call,)),)
-    if kind == "function_call_output":
+    if kind == "custom_tool_call":
+        call = ToolCall(id=item["call_id"], name=item["name"], arguments=str(item.get("input", "")))
+        return (Message(role="assistant", tool_calls=(call,)),)
+    if kind in ("function_call_output", "custom_tool_call_output"):
         output = _text(item.get("output"))
         return (Message(role="tool", content=output, tool_call_id=item["call_id"]),)
     role = item.get("role")
@@ -47,23 +51,31 @@ def rebuild_item(original: Item | None, group: list[Message]) -> Item:
     text = group[0].text
     if original is None:  # the handoff summary
         return {"role": "user", "content": text}
-    if original.get("type") == "function_call_output":
+    if original.get("type") in ("function_call_output", "custom_tool_call_output"):
         return {**original, "output": text}
     if original.get("role") == "assistant":
         return {**original, "content": [{"type": "output_text", "text": text, "annotations": []}]}
     return {**original, "content": text}
 
 
+# A custom tool takes free text, not JSON arguments; it is counted as a tool of one string
+# argument, its grammar (``format``) left out: a server that renders it sees about as much.
+_CUSTOM_TOOL_PARAMETERS = {"type": "object", "properties": {"input": {"type": "string"}}}
+
+
 def tool_specs(tools: Sequence[Mapping[str, Any]]) -> tuple[ToolSpec, ...]:
-    """Function tools in the Responses format (``{"type": "function", "name", ...}``)."""
+    """Function tools in the Responses format (``{"type": "function", "name", ...}``) and custom
+    (free-form) tools (``{"type": "custom", "name", ...}``)."""
     return tuple(
         ToolSpec(
             str(t["name"]),
             str(t.get("description") or ""),
-            t.get("parameters") or {"type": "object"},
+            (t.get("parameters") or {"type": "object"})
+            if t.get("type") == "function"
+            else _CUSTOM_TOOL_PARAMETERS,
         )
         for t in tools
-        if t.get("type") == "function" and isinstance(t.get("name"), str)
+        if t.get("type") in ("function", "custom") and isinstance(t.get("name"), str)
     )
 
 

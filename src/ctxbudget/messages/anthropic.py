@@ -36,7 +36,12 @@ from ctxbudget.messages.model import (
 )
 from ctxbudget.messages.model import ToolSpec as _ToolSpec
 
-__all__ = ["ANTHROPIC_BLOCK_TYPES", "messages_from_anthropic", "request_from_anthropic"]
+__all__ = [
+    "ANTHROPIC_BLOCK_TYPES",
+    "anthropic_message_groups",
+    "messages_from_anthropic",
+    "request_from_anthropic",
+]
 
 _USER_BLOCKS = ("text", "image", "tool_result")
 _ASSISTANT_BLOCKS = ("text", "thinking", "redacted_thinking", "tool_use")
@@ -59,11 +64,20 @@ def request_from_anthropic(body: object) -> Request:
 
 def messages_from_anthropic(messages: object, *, path: str = "messages") -> tuple[Message, ...]:
     """Read an Anthropic ``messages`` list; one user message may give several of ours."""
+    return tuple(m for group in anthropic_message_groups(messages, path=path) for m in group)
+
+
+def anthropic_message_groups(
+    messages: object, *, path: str = "messages"
+) -> tuple[tuple[Message, ...], ...]:
+    """`messages_from_anthropic`, one group per Anthropic message: the messages of ours each
+    one gives (a user message's ``tool_result`` blocks each give one, the blocks between them
+    one more), for callers that map our messages back to the wire's."""
     names: dict[str, str] = {}  # tool_use id -> tool name, to name the tool messages
-    out: list[Message] = []
-    for i, value in enumerate(as_list(messages, path)):
-        out.extend(_message(value, join(path, i), names))
-    return tuple(out)
+    return tuple(
+        tuple(_message(value, join(path, i), names))
+        for i, value in enumerate(as_list(messages, path))
+    )
 
 
 def _message(value: object, path: str, names: dict[str, str]) -> list[Message]:
