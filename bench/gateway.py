@@ -570,18 +570,22 @@ def start_upstream(where: Path, window: int, tokenizer: str = TOKENIZER) -> Chil
     return start_child("upstream", [*cmd, "--tokenizer", tokenizer], port, where, "/v1/models")
 
 
-SERVE_FALLBACK = """
+SERVE_APP = """
 import sys, uvicorn
 from pathlib import Path
 from ctxbudget.gateway.app import create_app
 from ctxbudget.gateway.config import GatewayConfig
-upstream, window, tokenizer, port, state = sys.argv[1:6]
+upstream, window, tokenizer, port, state, archives = sys.argv[1:7]
 config = GatewayConfig(upstream=upstream, window=int(window), tokenizer=tokenizer,
-                       port=int(port), state=Path(state))
+                       port=int(port), state=state if "://" in state else Path(state),
+                       archive_dir=Path(archives) if archives else None)
 uvicorn.run(create_app(config), host="127.0.0.1", port=int(port), log_level="warning",
             access_log=False, lifespan="on")
 """
-"""The gateway as ``ctxbudget serve`` runs it, for a checkout whose CLI has no ``serve`` yet."""
+"""The gateway as ``ctxbudget serve`` runs it (its uvicorn settings), built from a
+`GatewayConfig` directly: for a checkout whose CLI has no ``serve`` yet, and for settings the
+CLI does not take (a ``redis://`` state: its ``--state`` is a path, which folds ``//``; an
+archive folder per instance)."""
 
 
 def start_gateway(
@@ -592,8 +596,10 @@ def start_gateway(
     name: str = "gateway",
     tokenizer: str = TOKENIZER,
     state: str | None = None,
+    archives: str | None = None,
 ) -> Child:
-    """``ctxbudget serve`` in its own process, in front of ``upstream``."""
+    """``ctxbudget serve`` in its own process, in front of ``upstream`` (``archives``: its own
+    archive folder, which only a `GatewayConfig` takes, see `SERVE_APP`)."""
     import importlib.util
 
     port = free_port()
@@ -601,9 +607,10 @@ def start_gateway(
     cmd = [PYTHON, "-m", "ctxbudget.cli.main", "serve", "--upstream", upstream]
     cmd += ["--window", str(window), "--tokenizer", tokenizer, "--port", str(port)]
     cmd += ["--state", state]
-    if importlib.util.find_spec("ctxbudget.cli.serve") is None:
-        print(f"{name}: no `ctxbudget serve` in this checkout: create_app under uvicorn")
-        cmd = [PYTHON, "-c", SERVE_FALLBACK, upstream, str(window), tokenizer, str(port), state]
+    if importlib.util.find_spec("ctxbudget.cli.serve") is None or archives or "://" in state:
+        print(f"{name}: create_app under uvicorn (state {state}, archives {archives})")
+        cmd = [PYTHON, "-c", SERVE_APP, upstream, str(window), tokenizer, str(port), state]
+        cmd.append(archives or "")
     return start_child(name, cmd, port, where, "/v1/models")
 
 

@@ -180,8 +180,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--state",
         choices=("redis", "sqlite"),
-        default="sqlite",
+        default="redis",
         help="what the instances share: one SQLite file, or a private redis-server",
+    )
+    parser.add_argument(
+        "--shared-archives",
+        action="store_true",
+        help="one archive folder for every instance (next to the state), as the CLI has it",
     )
     parser.add_argument("--litellm", metavar="PYTHON", help="a Python with litellm[proxy]")
     parser.add_argument("--probe-sizes", default="32000,128000")
@@ -202,16 +207,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         # bench's does); the gateways' upstream counts every request it gets
         post_table(direct, template)
         if args.state == "redis":
-            if "redis" not in serve_help():
-                raise SystemExit(
-                    "this checkout's `ctxbudget serve --state` takes no redis:// URL yet; "
-                    "run with --state sqlite"
-                )
             redis, state = start_redis(where)
         else:
             state = str(where / "shared.sqlite3")
+        # Each instance keeps its own archive folder, as on two machines: an archive is
+        # locked by the process that has it open, so two instances on one folder refuse each
+        # other's conversations (what --shared-archives shows).
         gateways = [
-            start_gateway(where, upstream.url, args.window, name=f"gateway-{i}", state=state)
+            start_gateway(
+                where,
+                upstream.url,
+                args.window,
+                name=f"gateway-{i}",
+                state=state,
+                archives=None if args.shared_archives else str(where / f"archives-{i}"),
+            )
             for i in range(args.instances)
         ]
         children += gateways
@@ -268,17 +278,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             redis.terminate()
             redis.wait(10)
         shutil.rmtree(where, ignore_errors=True)
-
-
-def serve_help() -> str:
-    """``ctxbudget serve --help`` of this checkout (what its ``--state`` takes)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "ctxbudget.cli.main", "serve", "--help"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return done.stdout
 
 
 def subprocess_reset(upstream: Child) -> None:
