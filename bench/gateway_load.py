@@ -206,6 +206,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         # the baseline's upstream looks the unchanged conversations' sizes up (as the latency
         # bench's does); the gateways' upstream counts every request it gets
         post_table(direct, template)
+        if args.state == "redis" and shutil.which("redis-server") is None:
+            print("no redis-server on this machine: the instances share a SQLite file", flush=True)
+            args.state = "sqlite"
         if args.state == "redis":
             redis, state = start_redis(where)
         else:
