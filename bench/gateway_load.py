@@ -5,7 +5,10 @@ litellm's proxy and the gateway each forward when a conversation is over the win
 
 Run: PYTHONPATH=$PWD/src .venv/bin/python bench/gateway_load.py [--conversations 200]
      [--steps 20] [--size 32000] [--window 24000] [--instances 2] [--state redis|sqlite]
-     [--litellm /path/to/venv/bin/python] [--no-write]
+     [--shared-archives] [--litellm /path/to/venv/bin/python] [--no-write]
+The instances are started from `GatewayConfig` as `ctxbudget serve` runs them when the CLI
+cannot say what is asked (a redis:// state, an archive folder per instance): see
+bench/gateway.py `SERVE_APP`.
 
 The client is an asyncio one (httpx), not locust: one process drives every conversation with
 the same bodies the latency bench sends, and it must read the gateway's headers and the
