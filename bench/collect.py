@@ -13,6 +13,7 @@ ORDER = (
     "replay_rules.md",
     "server_count.md",
     "install.md",
+    "gateway.md",
 )
 HEADER = """# Benchmarks
 
