@@ -21,7 +21,7 @@ from tests.counting.test_hf import _build_folder
 
 from ctxbudget.counting import PerMessage, RequestCounter, count_request, template_count
 from ctxbudget.counting.template_build import same_values
-from ctxbudget.counting.template_count import TemplateScheme
+from ctxbudget.counting.template_count import TemplateCounts, TemplateScheme
 from ctxbudget.counting.template_loop import LoopMemo, plan_loop
 from ctxbudget.errors import InputError
 from ctxbudget.messages.model import Message, Request, ToolCall, ToolSpec
@@ -275,9 +275,10 @@ def test_a_usual_append_measures_the_new_text_alone(
     request = first.append(_user("more"))
     counter.count(first)
     counter.count(request)  # the loop runs alone from the second count on
-    scheme = counter._scheme
-    assert isinstance(scheme, TemplateScheme)
-    (memo,) = counter._pieces.loops.values()
+    state = counter._state
+    assert isinstance(state, TemplateCounts)
+    scheme = state.scheme
+    (memo,) = state.cache.loops.values()
     general: list[object] = []
     encoded: list[str] = []
     real_loop, real_one, real_run = (
@@ -383,7 +384,7 @@ def test_a_step_in_brief_that_fails_fails_as_a_fresh_count_does(
     for new in (_reply("hello"), _user("more"), _reply("ok")):  # the last ones in brief
         request = request.append(new)
         counter.count(request)
-    assert counter._pieces.step is not None
+    assert isinstance(counter._state, TemplateCounts) and counter._state.cache.step is not None
     monkeypatch.setattr(tokenizer, "count_special", refusing_one)
     with pytest.raises(InputError, match="chat template failed: TypeError: the tokenizer"):
         counter.count(request.append(_user("x refused y")))

@@ -35,7 +35,8 @@ from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allo
 from ctxbudget.counting.template_input import message_dict, template_tools
 from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
 from ctxbudget.errors import InputError
-from ctxbudget.messages.model import Message, Request, alike, common_prefix, extends, same
+from ctxbudget.messages.model import Change, Message, Request, alike, same
+from ctxbudget.tokens.base import CounterKind
 from ctxbudget.tokens.registry import ExactTokenizer
 
 _PLACEHOLDER = "\ue000ctxbudget-cut\ue000"  # private-use characters: never in a template
@@ -74,7 +75,6 @@ class PieceCache:
     counts: dict[str, int] = field(default_factory=dict)
     shares: dict[tuple[Any, ...], int] = field(default_factory=dict)
     loops: dict[str, LoopMemo] = field(default_factory=dict)
-    messages: tuple[Message, ...] = ()
     dicts: list[dict[str, Any]] = field(default_factory=list)
     listed: list[dict[str, Any]] = field(default_factory=list)
     """The last ``template_messages``: the system dict (when there is one), then ``dicts``."""
@@ -92,12 +92,12 @@ class PieceCache:
     same: int = 0
     """How many leading items of ``listed`` are the very objects of the state before."""
 
-    def template_messages(self, request: Request) -> list[dict[str, Any]]:
-        """``template_input.template_messages``, reusing the dicts of unchanged messages. The
-        list is the same one each step, changed in place (a copy would touch every message):
-        whoever keeps its items across steps copies them."""
-        new, old = request.messages, self.messages
-        common = len(old) if extends(request, old) else common_prefix(old, new)
+    def template_messages(self, request: Request, common: int) -> list[dict[str, Any]]:
+        """``template_input.template_messages``, reusing the dicts of the first ``common``
+        messages, which the request counted last had too. The list is the same one each step,
+        changed in place (a copy would touch every message): whoever keeps its items across
+        steps copies them."""
+        new = request.messages
         listed, head = self.listed, len(self.listed) - len(self.dicts)  # 1: a system dict
         made = [message_dict(m) for m in new[common:]]  # first: a failure here changes nothing
         del self.dicts[common:], self.chars[common:]
@@ -106,7 +106,6 @@ class PieceCache:
             total += _message_chars(message, as_dict["content"])
             self.chars.append(total)
         self.dicts += made
-        self.messages = new
         system, text = self.system, request.system
         if text is not None and (system is None or system["content"] != text):
             system = self.system = {"role": "system", "content": text}
@@ -160,6 +159,15 @@ class TemplateScheme:
     """A named template to use (``tool_use``) instead of transformers' choice."""
     memoise_loop: bool = True
     """Render the message loop message by message where the template allows it."""
+
+    @property
+    def kind(self) -> CounterKind:
+        """A template's count is exact: the model's own template and tokenizer."""
+        return "exact"
+
+    def incremental(self) -> TemplateCounts:
+        """A fresh state for counting request after request."""
+        return TemplateCounts(self)
 
     def source(self, tools: Any) -> str:
         return self.template.source(tools=tools is not None, name=self.template_name)
@@ -224,11 +232,15 @@ class TemplateScheme:
             counts.update(zip(new, self.tokenizer.count_special_many(new), strict=True))
         return counts
 
-    def count(self, request: Request, cache: PieceCache | None = None) -> RequestCount:
-        """The exact total with a per-part breakdown that adds up to it."""
-        cache = cache if cache is not None else PieceCache()
+    def count(
+        self, request: Request, cache: PieceCache | None = None, kept: int = 0
+    ) -> RequestCount:
+        """The exact total with a per-part breakdown that adds up to it; ``cache`` holds what
+        the count of an earlier request left, whose first ``kept`` messages ``request`` has."""
+        if cache is None:
+            cache, kept = PieceCache(), 0
         step, cache.step = cache.step, None  # it describes the count before, whatever happens
-        messages = cache.template_messages(request)
+        messages = cache.template_messages(request, kept)
         tools = cache.template_tools(request)
         if step is not None:
             counted = self._append(step, request, messages, tools, cache)
@@ -526,6 +538,20 @@ class TemplateScheme:
                 share = self._tokens(with_tools, cache) - self._tokens(without, cache)
             cache.shares[key] = share
         return min(max(share, 0), head_tokens)
+
+
+class TemplateCounts:
+    """What a ``RequestCounter`` keeps between requests for a template scheme."""
+
+    def __init__(self, scheme: TemplateScheme) -> None:
+        self.scheme = scheme
+        self.cache = PieceCache()
+
+    def count(self, request: Request, change: Change) -> RequestCount:
+        """The count of ``request``, rendering and tokenising what changed."""
+        result = self.scheme.count(request, self.cache, change.kept)
+        self.cache.trim()
+        return result
 
 
 def _per_message(
