@@ -266,9 +266,9 @@ def test_a_usual_append_measures_the_new_text_alone(
     hf_folder: Callable[[str], Path],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """One plain message appended, the head as it was: the step neither renders nor runs the
-    loop (``TemplateScheme._append``), tokenises one text, the new message's, and equals a
-    fresh count (counted after the spies are gone: a fresh count shares the tokenizer)."""
+    """One plain message appended, the head as it was: the step does not render the template
+    (the loop runs alone), tokenises one text, the new message's, and equals a fresh count
+    (counted after the spies are gone: a fresh count shares the tokenizer)."""
     name = f"hf:{hf_folder(folder)}"
     counter = RequestCounter(name)
     first = Request(system=system, messages=(_user("hello"), _reply("hi there")))
@@ -279,34 +279,25 @@ def test_a_usual_append_measures_the_new_text_alone(
     assert isinstance(state, TemplateCounts)
     scheme = state.scheme
     (memo,) = state.cache.loops.values()
-    general: list[object] = []
+    rendered: list[object] = []
     encoded: list[str] = []
-    real_loop, real_one, real_run = (
-        TemplateScheme._count_by_loop,
-        scheme.tokenizer.count_special,
-        memo.run,
-    )
+    real_render, real_one = TemplateScheme.render, scheme.tokenizer.count_special
 
-    def loop(*args: Any) -> Any:
-        general.append(args)
-        return real_loop(*args)
+    def render(*args: Any, **kwargs: Any) -> Any:
+        rendered.append(args)
+        return real_render(*args, **kwargs)
 
     def one(text: str) -> int:
         encoded.append(text)
         return real_one(text)
 
-    def run(*args: Any, **kwargs: Any) -> str:
-        general.append(args)
-        return str(real_run(*args, **kwargs))
-
-    monkeypatch.setattr(TemplateScheme, "_count_by_loop", loop)
+    monkeypatch.setattr(TemplateScheme, "render", render)
     monkeypatch.setattr(scheme.tokenizer, "count_special", one)
-    monkeypatch.setattr(memo, "run", run)
     counted = []
     for new in (_reply("sure, here it is"), _user("thanks 数据 🙂"), _reply("ok")):
         request = request.append(new)
         counted.append((request, counter.count(request)))
-        assert general == []
+        assert rendered == []
         assert len(encoded) == len(counted) and new.text in encoded[-1]
         assert encoded[-1] in memo.texts[-1]  # the new message's own text
     monkeypatch.undo()
@@ -384,7 +375,6 @@ def test_a_step_in_brief_that_fails_fails_as_a_fresh_count_does(
     for new in (_reply("hello"), _user("more"), _reply("ok")):  # the last ones in brief
         request = request.append(new)
         counter.count(request)
-    assert isinstance(counter._state, TemplateCounts) and counter._state.cache.step is not None
     monkeypatch.setattr(tokenizer, "count_special", refusing_one)
     with pytest.raises(InputError, match="chat template failed: TypeError: the tokenizer"):
         counter.count(request.append(_user("x refused y")))

@@ -28,7 +28,7 @@ from ctxbudget.counting.hf import (
     run_template_code,
     strftime_now,
 )
-from ctxbudget.counting.result import PerMessage, RequestCount, RunningCounts
+from ctxbudget.counting.result import PerMessage, RequestCount, RunningCounts, new_count
 from ctxbudget.counting.sandbox import Limits, run_bounded
 from ctxbudget.counting.template_build import splitter
 from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allowed, unobserved
@@ -50,22 +50,6 @@ def _message_chars(message: Message, text: str) -> int:
     return len(text) + sum(len(c.arguments) for c in message.tool_calls)
 
 
-@dataclass(frozen=True, slots=True)
-class LoopStep:
-    """What a count by the memoised loop leaves for the next one to append a message in brief
-    (``TemplateScheme._append``): the loop's plan, memo and frame (which knows the tools), the
-    system prompt it was counted with, where the loop's list starts, the head's tokens."""
-
-    plan: LoopPlan
-    memo: LoopMemo
-    frame: Frame
-    system: str | None
-    start: int
-    """The loop is given ``listed[start:]``."""
-    head: tuple[int, int]
-    """The system prompt's and the tools' tokens."""
-
-
 @dataclass(slots=True)
 class PieceCache:
     """What one ``RequestCounter`` keeps between steps of a template scheme: token counts of
@@ -85,8 +69,6 @@ class PieceCache:
     tools: list[dict[str, Any]] | None = None
     tools_key: str = "None"
     """``repr(tools)``, kept as ``tools`` changes: the tools' share is cached by it."""
-    step: LoopStep | None = None
-    """What the last count leaves for a loop's usual step in brief (``TemplateScheme``)."""
     version: int = 0
     """How many times ``template_messages`` has run: each run is a state of ``listed``."""
     same: int = 0
@@ -239,13 +221,8 @@ class TemplateScheme:
         the count of an earlier request left, whose first ``kept`` messages ``request`` has."""
         if cache is None:
             cache, kept = PieceCache(), 0
-        step, cache.step = cache.step, None  # it describes the count before, whatever happens
         messages = cache.template_messages(request, kept)
         tools = cache.template_tools(request)
-        if step is not None:
-            counted = self._append(step, request, messages, tools, cache)
-            if counted is not None:
-                return counted
         source = self.source(tools)
         chars = cache.input_chars(request)  # the sandbox's limits grow with the input
         plan = plan_loop(source) if self.memoise_loop else None
@@ -302,16 +279,13 @@ class TemplateScheme:
             loop_input = frame.loop_input(messages, kept)
             # Texts built from proven shapes and their tokenising fail as a render would.
             run_template_code(
-                lambda: (
-                    memo.append_one(plan, loop_input, frame.outer, lineage)
-                    or run(
-                        loop_input,
-                        frame.body,
-                        frame.outer,  # a tuple: the memo keeps it, and knows it the next step
-                        kept=True,
-                        guard=guard,
-                        lineage=lineage,
-                    )
+                lambda: run(
+                    loop_input,
+                    frame.body,
+                    frame.outer,  # a tuple: the memo keeps it, and knows it the next step
+                    kept=True,
+                    guard=guard,
+                    lineage=lineage,
                 )
             )
         else:
@@ -319,11 +293,10 @@ class TemplateScheme:
             frame = self._render_frame(plan, source, messages, tools, cache, limits, run)
             if frame is None:
                 return None
-        return self._loop_result(plan, source, request, messages, tools, cache, memo, frame)
+        return self._loop_result(source, request, messages, tools, cache, memo, frame)
 
     def _loop_result(
         self,
-        plan: LoopPlan,
         source: str,
         request: Request,
         messages: list[dict[str, Any]],
@@ -333,7 +306,7 @@ class TemplateScheme:
         frame: Frame,
     ) -> RequestCount | None:
         """The count from the loop's texts as ``memo`` has them now, around ``frame``'s head
-        and tail; keeps a ``LoopStep`` where the next step may take it."""
+        and tail."""
         items = memo.items
         offset = len(messages) - len(items)
         suffix = not items or (
@@ -353,53 +326,7 @@ class TemplateScheme:
             message_tokens += frame.after_tokens
         else:
             head_tokens += frame.after_tokens
-        count = self._result(source, messages[:h], tools, cache, head_tokens, parts, message_tokens)
-        start = frame.suffix_start(len(messages))
-        if (
-            plan.appendable
-            and memo.frame is frame
-            and start is not None
-            and offset == h  # the loop's texts are the messages' (none is the system's)
-            and not fixes
-            and memo.texts
-            and memo.texts[0]
-        ):
-            cache.step = LoopStep(
-                plan, memo, frame, request.system, start, (count.system, count.tools)
-            )
-        return count
-
-    def _append(
-        self,
-        step: LoopStep,
-        request: Request,
-        messages: list[dict[str, Any]],
-        tools: Any,
-        cache: PieceCache,
-    ) -> RequestCount | None:
-        """A loop's usual step in brief: one message appended, the head and tail as the last
-        count had them (``step``), the new message's text built from its proven shape and
-        measured alone (``LoopMemo.append_one``). None where the general count must go."""
-        memo, frame, start = step.memo, step.frame, step.start
-        if (
-            request.system != step.system  # the head's tokens are the step's
-            or frame.suffix_start(len(messages)) != start
-            or not frame.reusable(messages, tools, strftime_now)  # the tools, the clock, reads
-        ):
-            return None
-        lineage, loop_input = cache.lineage(start), cache.suffix(start)
-        if not run_template_code(
-            lambda: memo.append_one(step.plan, loop_input, frame.outer, lineage)
-        ):
-            return None
-        if memo.bad or not memo.texts[-1] or not self._apart(frame, memo):
-            # the new text meets its neighbour or the tail without an added token
-            source = self.source(tools)
-            return self._loop_result(
-                step.plan, source, request, messages, tools, cache, memo, frame
-            )
-        cache.step = step
-        return memo.counts.request_count(self.name, "exact", step.head, frame.after_tokens)
+        return self._result(source, messages[:h], tools, cache, head_tokens, parts, message_tokens)
 
     def _result(
         self,
@@ -415,16 +342,7 @@ class TemplateScheme:
         message's; ``message_tokens`` is ``sum(parts)``, kept by the caller."""
         tools_tokens = self._tools_share(source, head, tools, head_tokens, cache)
         system = head_tokens - tools_tokens
-        return RequestCount(
-            counter=self.name,
-            kind="exact",
-            total=head_tokens + message_tokens,
-            system=system,
-            tools=tools_tokens,
-            messages=message_tokens,
-            per_message=parts,
-            floor=system + tools_tokens,
-        )
+        return new_count(self.name, "exact", system, tools_tokens, message_tokens, parts)
 
     def _render_frame(
         self,

@@ -55,10 +55,6 @@ class LoopPlan:
     a use is anything else (printed, added to), so the exact length matters."""
     shapes: BodyShapes | None = None
     """The body, for building a message's text without Jinja (``template_shape``)."""
-    appendable: bool = False
-    """True when a message's text reads no other message (an earlier one wraps to the last at
-    the first position) and not the loop's length or end: appending one leaves every text
-    before it as it was (``LoopMemo.append_one``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +221,6 @@ def plan_loop(source: str) -> LoopPlan | None:
         deterministic=not random,
         length_cuts=cuts,
         shapes=shapes,
-        appendable=before == after == 0 and attrs.isdisjoint(_END),
     )
 
 
@@ -334,41 +329,6 @@ class LoopMemo:
             return LOOP_MARKER
 
         return run
-
-    def append_one(
-        self,
-        plan: LoopPlan,
-        messages: list[Any],
-        outer: Sequence[Any],
-        lineage: tuple[Any, Any, int] | None,
-    ) -> bool:
-        """A ``kept`` run's usual step in brief: ``messages`` is the last run's items (known
-        by ``lineage``) and one more, in a loop whose texts read nothing after them
-        (``LoopPlan.appendable``), with the same values from before the loop, and the new
-        message has a proven shape: its text alone is built and measured. False, with the
-        texts and counts as they were, where the run must go (``callback``'s ``run``); a
-        failure is the run's (call it as the run is called)."""
-        shapes = self.shapes
-        n = len(messages)
-        if (
-            shapes is None
-            or not plan.appendable
-            or lineage is None
-            or self.state is None
-            or lineage[1] != self.state
-            or lineage[2] != n - 1
-            or len(self.texts) != n - 1
-            or outer is not self.outer  # a frame's tuple, kept as it is (``kept_values``)
-        ):
-            return False
-        shapes.use(outer)
-        made = shapes.text(messages[-1], n - 1, n, value_limit())
-        if made is None:
-            return False
-        self._store([n - 1], [made], n)
-        self.items.append(messages[-1])
-        self.state = lineage[0]
-        return True
 
     def _store(self, changed: list[int], made: list[tuple[str, list[str] | None]], n: int) -> None:
         """Measure the texts ``made`` for the ``changed`` positions (in order) and keep them,
