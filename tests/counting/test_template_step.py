@@ -1,7 +1,7 @@
 """A Jinja template's step skips what it can prove unchanged; every count stays exact.
 
 The loop memo takes the message cache's word that a list's leading dicts are those of the
-list it ran on last (``lineage``), and hands out a view of its counts (``PerMessage``) that
+list it ran on last (``ListVersion``), and hands out a view of its counts (``PerMessage``) that
 later steps must leave as it is.
 """
 
@@ -22,7 +22,7 @@ from tests.counting.test_hf import _build_folder
 from ctxbudget.counting import PerMessage, RequestCounter, count_request, template_count
 from ctxbudget.counting.template_build import same_values
 from ctxbudget.counting.template_count import TemplateCounts, TemplateScheme
-from ctxbudget.counting.template_loop import LoopMemo, plan_loop
+from ctxbudget.counting.template_loop import ListVersion, LoopMemo, plan_loop
 from ctxbudget.errors import InputError
 from ctxbudget.messages.model import Message, Request, ToolCall, ToolSpec
 from ctxbudget.tokens.registry import get_tokenizer
@@ -177,27 +177,36 @@ def test_a_system_prompt_added_or_dropped_shifts_every_item(tmp_path: Path) -> N
     _exact(RequestCounter(name), name, [first, kept, system, plain, plain.append(_reply("k"))])
 
 
-def test_lineage_is_taken_only_from_the_state_the_memo_ran_on() -> None:
-    """A memo told that a list keeps the items of a state it never ran on compares anyway."""
+def test_a_list_version_is_taken_only_from_the_version_the_memo_ran_on() -> None:
+    """A memo told that a list keeps the items of a version it never ran on compares anyway."""
     plan = plan_loop("{% for m in messages %}[{{ m['content'] }}]{% endfor %}")
     assert plan is not None
 
     def texts(*runs: tuple[list[dict[str, str]], object]) -> list[str]:
         memo = LoopMemo()
         memo.run = memo.callback(plan, lambda text, pieces: (len(text), (False, False)))
-        for items, lineage in runs:
-            memo.run(items, _echo, [], kept=True, lineage=lineage)
+        for items, version in runs:
+            memo.run(items, _echo, [], kept=True, version=version)
         return memo.texts
 
     first = [{"content": "a"}, {"content": "b"}]
     other = [first[0], {"content": "c"}]
     fresh = texts((other, None))
-    assert texts((first, ((1, 0), (0, 0), 0)), (other, ((5, 0), (4, 0), 2))) == fresh
-    assert texts((first, ((1, 0), (0, 0), 0)), (first, None), (other, ((2, 0), (1, 0), 2))) == fresh
-    longer = [*other, {"content": "d"}]
-    assert texts((other, ((1, 0), (0, 0), 0)), (longer, ((2, 0), (1, 0), 2))) == texts(
-        (longer, None)
+    assert texts((first, _v(1, 0, 0)), (other, _v(5, 4, 2))) == fresh
+    assert (
+        texts(
+            (first, _v(1, 0, 0)),
+            (first, None),
+            (other, _v(2, 1, 2)),
+        )
+        == fresh
     )
+    longer = [*other, {"content": "d"}]
+    assert texts((other, _v(1, 0, 0)), (longer, _v(2, 1, 2))) == texts((longer, None))
+
+
+def _v(now: int, before: int, unchanged: int) -> ListVersion:
+    return ListVersion((now, 0), (before, 0), unchanged)
 
 
 def _echo(message: dict[str, str], loop: object, messages: object) -> str:

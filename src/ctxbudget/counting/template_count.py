@@ -33,7 +33,13 @@ from ctxbudget.counting.sandbox import Limits, run_bounded
 from ctxbudget.counting.template_build import splitter
 from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allowed, unobserved
 from ctxbudget.counting.template_input import message_dict, template_tools
-from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
+from ctxbudget.counting.template_loop import (
+    LOOP_MARKER,
+    ListVersion,
+    LoopMemo,
+    LoopPlan,
+    plan_loop,
+)
 from ctxbudget.errors import InputError
 from ctxbudget.messages.model import Change, Message, Request, alike, same
 from ctxbudget.tokens.base import CounterKind
@@ -102,10 +108,11 @@ class PieceCache:
             self.same = head + common
         return listed
 
-    def lineage(self, start: int) -> tuple[Any, Any, int]:
-        """``LoopMemo``'s ``lineage`` of ``listed[start:]`` now: its state, the state before,
-        and how many of its leading items that one had too."""
-        return (self.version, start), (self.version - 1, start), max(0, self.same - start)
+    def list_version(self, start: int) -> ListVersion:
+        """The version of ``listed[start:]`` now, for ``LoopMemo``."""
+        return ListVersion(
+            (self.version, start), (self.version - 1, start), max(0, self.same - start)
+        )
 
     def suffix(self, start: int) -> list[dict[str, Any]]:
         """``listed[start:]``: ``listed`` or ``dicts`` themselves where it is one of them."""
@@ -266,11 +273,11 @@ class TemplateScheme:
         frame = memo.frame
         if frame is not None and frame.reusable(messages, tools, strftime_now):
             # The head and tail would render as last time: run the loop alone.
-            lineage = None
+            version = None
 
             def kept(start: int) -> list[dict[str, Any]]:
-                nonlocal lineage
-                lineage = cache.lineage(start)
+                nonlocal version
+                version = cache.list_version(start)
                 return cache.suffix(start)
 
             def guard(call: Callable[[], None]) -> None:
@@ -285,7 +292,7 @@ class TemplateScheme:
                     frame.outer,  # a tuple: the memo keeps it, and knows it the next step
                     kept=True,
                     guard=guard,
-                    lineage=lineage,
+                    version=version,
                 )
             )
         else:
@@ -317,7 +324,7 @@ class TemplateScheme:
             return None
         h = 1 if request.system is not None else 0  # the system dict
         lead = max(0, h - offset)  # the system prompt's own loop text (0 or 1 of them)
-        fixes = memo.seam_fixes(lambda text: self._tokens(text, cache)) if memo.bad else {}
+        fixes = memo.join_fixes(lambda text: self._tokens(text, cache)) if memo.bad else {}
         lead_tokens = memo.counts.items[0] if lead else 0
         head_tokens = frame.before_tokens + lead_tokens
         message_tokens = memo.counts.total - lead_tokens + sum(fixes.values())
@@ -409,7 +416,7 @@ class TemplateScheme:
         first, last = ends
         head_ok = not frame.before or frame.before_cut or memo.edges[first][0]
         tail_ok = not frame.after or memo.edges[last][1] or frame.after_cut
-        return head_ok and tail_ok  # texts that meet without one are joined (seam_fixes)
+        return head_ok and tail_ok  # texts that meet without one are joined (join_fixes)
 
     def _try_render(self, source: str, messages: list[dict[str, Any]], tools: Any) -> str | None:
         try:
@@ -487,13 +494,13 @@ def _per_message(
     if not (lead or zeros or (extra and extra.keys() - {n - 1})):
         return counts.view(extra.get(n - 1, 0) + after)
     items = counts.items
-    lent = {**extra, n - 1: extra.get(n - 1, 0) + after}
-    for at, tokens in lent.items():  # lent for the copy, given back after it (no view reads
+    added = {**extra, n - 1: extra.get(n - 1, 0) + after}
+    for at, tokens in added.items():  # added for the copy, taken off after it (no view reads
         items[at] += tokens  # in between)
     try:
         mine = tuple(items) if not lead else tuple(itertools.islice(items, lead, None))
     finally:
-        for at, tokens in lent.items():
+        for at, tokens in added.items():
             items[at] -= tokens
     return (0,) * zeros + mine if zeros else mine
 
