@@ -154,6 +154,7 @@ class MessageCounts:
 
     def __init__(self, scheme: MessageScheme) -> None:
         self._scheme = scheme
+        self._name, self._kind = scheme.name, scheme.kind
         self._split = scheme.splits
         self._generation = scheme.generation()
         self._head = (0, 0)
@@ -215,8 +216,8 @@ class MessageCounts:
         self._counts.replace(start, counts)  # usually the old last message and the new one
         self._estimates, self._messages, self._pivot = estimates, messages, pivot
         self._prune()
-        kind: CounterKind = "estimate" if estimates else scheme.kind
-        return self._counts.request_count(scheme.name, kind, self._head, self._generation)
+        kind: CounterKind = "estimate" if estimates else self._kind
+        return self._counts.request_count(self._name, kind, self._head, self._generation)
 
     def _count_whole(self, message: Message, flags: Hashable) -> tuple[int, bool]:
         """A message counted whole, per flag value."""

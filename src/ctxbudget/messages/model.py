@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from ctxbudget.messages.jsondepth import JsonTooDeep, check_depth, load_json
 from ctxbudget.messages.usage import Usage
@@ -182,9 +182,9 @@ def join_system(parts: Iterable[str | None]) -> str | None:
     return "\n\n".join(p for p in given if p)
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """What differs between the request a counter counted last and the next one."""
+class Change(NamedTuple):
+    """What differs between the request a counter counted last and the next one (a named
+    tuple: every step makes one, and a tuple is made at a third of a dataclass's cost)."""
 
     kept: int
     """How many leading messages the two share (by identity or value)."""
