@@ -17,7 +17,7 @@ from ctxbudget.messages.model import Message, Request
 
 def test_a_view_reads_as_the_tuple_it_stands_for() -> None:
     counts = [5, 7, 9]
-    view = PerMessage(counts, 3, 12)  # the last count lent 3 more
+    view = PerMessage(counts, 3, 12)  # the last count 3 more
     expected = (5, 7, 12)
     assert view == expected and expected == view and view != (5, 7, 9)  # both ways round
     assert view != [5, 7, 12]  # as a tuple: not equal to a list

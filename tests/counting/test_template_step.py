@@ -315,7 +315,7 @@ def test_a_usual_append_measures_the_new_text_alone(
 
 
 # Loops whose texts meet without an added token: between two messages, and the last one with
-# the generation prompt; the step in brief must leave both to the general result.
+# the generation prompt; the append step must count both as the full count does.
 JOINED = "{% for m in messages %}{{ m.content }}{% endfor %}"
 TAIL = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}{% endfor %}"
@@ -324,8 +324,8 @@ TAIL = (
 
 
 @pytest.fixture(scope="module")
-def seamed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    root = tmp_path_factory.mktemp("seamed")
+def no_cut_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("no_cut_folders")
     return {
         name: f"hf:{_build_folder(root / name, template)}"
         for name, template in (("joined", JOINED), ("tail", TAIL))
@@ -333,7 +333,7 @@ def seamed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 _plain = st.builds(_user, texts) | st.builds(_reply, texts)
-one_by_one = st.one_of(  # plain turns three times in five: runs of steps in brief
+one_by_one = st.one_of(  # plain turns three times in five: runs of append steps
     *[st.tuples(st.just("extend"), st.lists(_plain, min_size=1, max_size=1))] * 3,
     st.tuples(st.just("extend"), st.lists(messages(), min_size=1, max_size=1)),
     edits,
@@ -352,11 +352,11 @@ def test_appending_one_message_at_a_time_equals_a_fresh_count(
     system: str,
     steps: list[tuple[str, object]],
     hf_folder: Callable[[str], Path],
-    seamed: dict[str, str],
+    no_cut_folders: dict[str, str],
 ) -> None:
-    """Most steps append one message (``Request.append``: the step in brief where it can), the
+    """Most steps append one message (``Request.append``: one new message), the
     others edit, drop or change the head: each count equals a fresh one, then and at the end."""
-    name = seamed.get(folder) or f"hf:{hf_folder(folder)}"
+    name = no_cut_folders.get(folder) or f"hf:{hf_folder(folder)}"
     request = Request(system=system, messages=(_user("start"),))
     requests = [request]
     for step in steps:
@@ -368,7 +368,7 @@ def test_appending_one_message_at_a_time_equals_a_fresh_count(
 def test_a_step_in_brief_that_fails_fails_as_a_fresh_count_does(
     hf_folder: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The tokenizer refusing the new message's text on the step in brief: one line, the
+    """The tokenizer refusing the new message's text on an append step: one line, the
     fresh count's InputError, and the next step counts as if the failed one never was."""
     name = f"hf:{hf_folder('llama3-cl100k')}"
     tokenizer = get_tokenizer(name)
@@ -381,7 +381,7 @@ def test_a_step_in_brief_that_fails_fails_as_a_fresh_count_does(
 
     counter = RequestCounter(name)
     request = Request(system="Be brief.", messages=(_user("hi"),))
-    for new in (_reply("hello"), _user("more"), _reply("ok")):  # the last ones in brief
+    for new in (_reply("hello"), _user("more"), _reply("ok")):  # appends, the loop run alone
         request = request.append(new)
         counter.count(request)
     monkeypatch.setattr(tokenizer, "count_special", refusing_one)

@@ -3,14 +3,11 @@
 Text is cut before and after every added token that no neighbour can change (tokenizers never
 merge across one); each piece is tokenised alone, and a piece seen before is looked up by its
 text. Where the template's message loop is message-local (``template_loop``), the loop is
-rendered message by message and a step renders only what changed; each message owns its loop
-text. Otherwise the prompt is rendered whole, and each message owns the pieces from its opening
-marker (found from where its content sits) to the next message's. The head owns what comes
-first; the tools' share of it is the head rendered with tools minus the head without.
-
-A loop's usual step, one message appended to a loop whose texts read nothing after them, with
-the head and tail as they were, goes in brief (``TemplateScheme._append``): the count before
-leaves a ``LoopStep``, and the step builds and measures the new text alone.
+rendered message by message and a step renders only what changed (an appended message is a
+step with one new message); each message owns its loop text. Otherwise the prompt is rendered
+whole, and each message owns the pieces from its opening marker (found from where its content
+sits) to the next message's. The head owns what comes first; the tools' share of it is the
+head rendered with tools minus the head without. docs/counting-internals.md walks through it.
 """
 
 from __future__ import annotations
