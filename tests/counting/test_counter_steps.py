@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import pytest
-from hypothesis import Phase, find, given, settings
+from hypothesis import Phase, assume, find, given, settings
 from hypothesis import strategies as st
 from tests.counting.strategies import messages
 
@@ -247,6 +247,29 @@ def _qwen3() -> QwenScheme:
     return scheme
 
 
+@settings(max_examples=400)
+@given(
+    conversation=st.lists(replies | messages() | turns, min_size=1, max_size=8),
+    new=replies | messages() | turns,
+)
+def test_the_append_step_is_the_general_rules_for_the_two_messages_it_touches(
+    conversation: list[Message], new: Message
+) -> None:
+    """``append_step`` decides in one call what ``pivot``, ``flags`` and ``body`` decide for
+    an append (the counter's usual step); where it answers, it answers as they do."""
+    scheme = _qwen3()
+    old, grown = tuple(conversation), (*conversation, new)
+    assume(scheme.body(old[-1]) is not None)  # its precondition: the old last one has a body
+    before = scheme.pivot(old)
+    step = scheme.append_step(grown, before)
+    if step is not None:
+        pivot = scheme.pivot(grown)
+        flags = scheme.flags(grown, 0, pivot)
+        assert step == (pivot, *flags[-2:], scheme.body(new))
+        # and the step touches two messages because no other one's flags change
+        assert flags[:-2] == scheme.flags(old, 0, before)[:-1]
+
+
 @pytest.mark.parametrize(
     ("history", "new"),
     [
@@ -261,8 +284,8 @@ def _qwen3() -> QwenScheme:
 def test_a_loops_usual_step_takes_the_one_call_path(
     history: tuple[Message, ...], new: Message, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The step after each usual turn counts the new message's body alone: no message is
-    rendered whole (that raises here), and the count is a full count's."""
+    """The step after each usual turn runs ``append_step`` alone: the general rules are not
+    called (they raise here), and the count is a full count's."""
     request = Request(messages=history)
     grown = request.append(new)
     expected = count_request(grown, "qwen3")
@@ -272,7 +295,8 @@ def test_a_loops_usual_step_takes_the_one_call_path(
     def general(*_: object) -> None:
         raise AssertionError("the general step ran")
 
-    monkeypatch.setattr(QwenScheme, "message", general)
+    for rule in ("pivot", "flags"):
+        monkeypatch.setattr(QwenScheme, rule, general)
     assert counter.count(grown) == expected
 
 

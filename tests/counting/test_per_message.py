@@ -17,7 +17,7 @@ from ctxbudget.messages.model import Message, Request
 
 def test_a_view_reads_as_the_tuple_it_stands_for() -> None:
     counts = [5, 7, 9]
-    view = PerMessage(counts, 3, 12)  # the last count 3 more
+    view = PerMessage(counts, 3, 12)  # the last count lent 3 more
     expected = (5, 7, 12)
     assert view == expected and expected == view and view != (5, 7, 9)  # both ways round
     assert view != [5, 7, 12]  # as a tuple: not equal to a list
@@ -75,14 +75,14 @@ _EDITS = st.tuples(st.integers(-1, 12), st.lists(st.integers(0, 99), max_size=4)
 def test_running_counts_change_under_no_view_handed_out(
     edits: list[tuple[int, list[int]]],
 ) -> None:
-    """Random replaces, and (start -1, with a count) an append step's: the last count changed
-    and one more after it."""
+    """Random replaces, and (start -1, with a count) a step's ``append_after``: the last count
+    changed and one more after it."""
     counts, model = RunningCounts(), []
     handed: list[tuple[PerMessage, tuple[int, ...]]] = []
     for start, new in edits:
         if start < 0 and model:
             last, tokens = [*new, 7, 9][:2]
-            counts.replace(len(model) - 1, [last, tokens])
+            counts.append_after(last, tokens)
             model[-1:] = [last, tokens]
         else:
             start = min(max(start, 0), len(model))

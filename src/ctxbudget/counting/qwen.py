@@ -205,6 +205,44 @@ def qwen3_flags(messages: Sequence[Message], start: int, pivot: int) -> list[Has
     return flags
 
 
+def qwen3_append(
+    messages: Sequence[Message], pivot: int, turns: bool
+) -> tuple[int, Hashable, Hashable, str] | None:
+    """``QwenScheme.append_step`` for Qwen3: the rules of ``last_query_index``, ``qwen3_flags``
+    and ``body`` for the two messages an append touches, decided at once. Kept beside the
+    general step (``MessageCounts``) because a step's Python calls cost more than its rules:
+    without it a ~110-token Qwen3 step took 1.08-1.16x as long (BENCHMARKS.md, "Counting
+    internals"). ``turns``: the turn cut holds, and so the reply cut (``QwenScheme._cuts``).
+    tests/counting/test_counter_steps.py checks it against those three on random steps."""
+    new, last = messages[-1], messages[-2]
+    content, role, n = new.content, new.role, len(messages)
+    flags: Hashable
+    if not isinstance(content, str):
+        return None  # parts (images): counted whole
+    if role == "user":
+        if not turns or not content or content[0].isspace():
+            return None
+        if wraps_tool_result(content):
+            return None  # no query (``is_query``, its text at hand)
+        if pivot < n - 3:  # (NO_QUERY is past every index)
+            return None  # the replies after the old query lose their reasoning: more than two
+        pivot, flags, body = n - 1, (), content
+    elif role == "assistant":
+        text = qwen3_reply_body(new) if turns else None
+        if text is None:
+            return None
+        flags, body = (n - 1 > pivot, True), text
+    elif role == "tool":
+        flags, body = (last.role != "tool", True), _tool_body(new)
+    else:
+        return None
+    if last.role == "assistant":  # its body is cut, so it has no reasoning
+        return pivot, (n - 2 > pivot, False), flags, body
+    if last.role == "tool":
+        return pivot, (n == 2 or messages[-3].role != "tool", role != "tool"), flags, body
+    return pivot, (), flags, body
+
+
 def qwen3_message(message: Message, flags: Hashable) -> str:
     """One message rendered as qwen3.jinja renders it, given its flags."""
     assert isinstance(flags, tuple)
@@ -387,6 +425,14 @@ class QwenScheme(MessageScheme):
             return reply_body(message) if reply_body is not None else None
         text = message_text(message)
         return text if text and not text[0].isspace() else None
+
+    def append_step(
+        self, messages: Sequence[Message], pivot: int
+    ) -> tuple[int, Hashable, Hashable, str] | None:
+        tool, turns = self._cuts
+        if self.template != "qwen3" or not tool:
+            return None
+        return qwen3_append(messages, pivot, turns)
 
     def frame(self, role: str, flags: Hashable) -> tuple[str, str]:
         assert isinstance(flags, tuple)

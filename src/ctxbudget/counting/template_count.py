@@ -73,9 +73,10 @@ class PieceCache:
     tools_key: str = "None"
     """``repr(tools)``, kept as ``tools`` changes: the tools' share is cached by it."""
     version: int = 0
-    """How many times ``template_messages`` has run: each run is a state of ``listed``."""
-    same: int = 0
-    """How many leading items of ``listed`` are the very objects of the state before."""
+    """How many times ``template_messages`` has run: each run is a version of ``listed``."""
+    unchanged: int = 0
+    """How many leading items of ``listed`` are the very objects of the version before: the
+    system dict and the dicts of the messages the request kept (``Change.kept``)."""
 
     def template_messages(self, request: Request, common: int) -> list[dict[str, Any]]:
         """``template_input.template_messages``, reusing the dicts of the first ``common``
@@ -98,17 +99,17 @@ class PieceCache:
         self.version += 1
         if head != len(heads) or (heads and listed[0] is not system):
             listed[:] = [*heads, *self.dicts]
-            self.same = 0
+            self.unchanged = 0
         else:  # the same system dict each step (template_frame)
             del listed[head + common :]
             listed += self.dicts[common:]
-            self.same = head + common
+            self.unchanged = head + common
         return listed
 
     def list_version(self, start: int) -> ListVersion:
         """The version of ``listed[start:]`` now, for ``LoopMemo``."""
         return ListVersion(
-            (self.version, start), (self.version - 1, start), max(0, self.same - start)
+            (self.version, start), (self.version - 1, start), max(0, self.unchanged - start)
         )
 
     def suffix(self, start: int) -> list[dict[str, Any]]:
