@@ -259,13 +259,13 @@ class MessageCounts:
 
     def _new_frame(self, role: str, flags: Hashable) -> int:
         """The frame's tokens, counted and kept."""
-        framing, closing = self._scheme.frame(role, flags)
-        tokens = self._frames[(role, flags)] = self._scheme.tokens(framing) + self._scheme.tokens(
-            closing
-        )
+        scheme = self._scheme
+        framing, closing = scheme.frame(role, flags)
+        tokens = self._frames[(role, flags)] = scheme.tokens(framing) + scheme.tokens(closing)
         return tokens
 
     def _result(self) -> RequestCount:
+        """The count from the per-message counts as they are now."""
         kind: CounterKind = "estimate" if self._estimates else self._kind
         return self._counts.request_count(self._name, kind, self._head, self._generation)
 
