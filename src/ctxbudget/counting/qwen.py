@@ -306,6 +306,12 @@ def _no_pivot(messages: Sequence[Message], start: int = 0, previous: int = NO_PI
     return NO_PIVOT
 
 
+def _no_append(
+    messages: Sequence[Message], pivot: int, turns: bool
+) -> tuple[int, Hashable, Hashable, str] | None:
+    return None
+
+
 def _qwen25_generation(enable_thinking: bool) -> str:
     return REPLY_OPEN
 
@@ -321,15 +327,20 @@ class QwenTemplate:
     generation: Callable[[bool], str]
     reply_body: Callable[[Message], str | None] | None
     """The cut of a reply into frame and body (``qwen3_reply_body``); None: no cut known."""
+    append: Callable[[Sequence[Message], int, bool], tuple[int, Hashable, Hashable, str] | None]
+    """``QwenScheme.append_step`` where the tool-result cut holds (``qwen3_append``)."""
+    named_by_tokenizer: bool
+    """The counter is named as its tokenizer (``qwen3``), else as the template (``qwen2.5``)."""
 
 
 QWEN_TEMPLATES = {
     "qwen3": QwenTemplate(
         qwen3_head, last_query_index, qwen3_flags, qwen3_message, qwen3_generation,
-        qwen3_reply_body,
+        qwen3_reply_body, qwen3_append, True,
     ),
     "qwen2.5": QwenTemplate(
-        qwen25_head, _no_pivot, qwen25_flags, qwen25_message, _qwen25_generation, None
+        qwen25_head, _no_pivot, qwen25_flags, qwen25_message, _qwen25_generation, None,
+        _no_append, False,
     ),
 }  # fmt: skip
 
@@ -355,7 +366,7 @@ class QwenScheme(MessageScheme):
     def name(self) -> str:
         if self.label is not None:
             return self.label
-        return self.tokenizer.name if self.template == "qwen3" else self.template
+        return self.tokenizer.name if self._rules.named_by_tokenizer else self.template
 
     @property
     def kind(self) -> CounterKind:
@@ -430,9 +441,7 @@ class QwenScheme(MessageScheme):
         self, messages: Sequence[Message], pivot: int
     ) -> tuple[int, Hashable, Hashable, str] | None:
         tool, turns = self._cuts
-        if self.template != "qwen3" or not tool:
-            return None
-        return qwen3_append(messages, pivot, turns)
+        return self._rules.append(messages, pivot, turns) if tool else None
 
     def frame(self, role: str, flags: Hashable) -> tuple[str, str]:
         assert isinstance(flags, tuple)
