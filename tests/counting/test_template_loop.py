@@ -113,7 +113,7 @@ class _Unwalked(list[dict[str, str]]):
 
 def test_a_stale_search_does_not_step_through_the_items_known_the_same() -> None:
     """The first ``known`` items are the very ones of the last run (an edited request's
-    lineage): only the rest is compared, by slices, not by stepping an iterator past them
+    ``ListVersion``): only the rest is compared, by slices, not by stepping an iterator past them
     (thousands of messages touched at every count of an edited request)."""
     plan = plan_loop(LOCAL)
     assert plan is not None

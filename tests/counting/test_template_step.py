@@ -1,7 +1,7 @@
 """A Jinja template's step skips what it can prove unchanged; every count stays exact.
 
 The loop memo takes the message cache's word that a list's leading dicts are those of the
-list it ran on last (``lineage``), and hands out a view of its counts (``PerMessage``) that
+list it ran on last (``ListVersion``), and hands out a view of its counts (``PerMessage``) that
 later steps must leave as it is.
 """
 
@@ -21,8 +21,8 @@ from tests.counting.test_hf import _build_folder
 
 from ctxbudget.counting import PerMessage, RequestCounter, count_request, template_count
 from ctxbudget.counting.template_build import same_values
-from ctxbudget.counting.template_count import TemplateScheme
-from ctxbudget.counting.template_loop import LoopMemo, plan_loop
+from ctxbudget.counting.template_count import TemplateCounts, TemplateScheme
+from ctxbudget.counting.template_loop import ListVersion, LoopMemo, plan_loop
 from ctxbudget.errors import InputError
 from ctxbudget.messages.model import Message, Request, ToolCall, ToolSpec
 from ctxbudget.tokens.registry import get_tokenizer
@@ -177,27 +177,36 @@ def test_a_system_prompt_added_or_dropped_shifts_every_item(tmp_path: Path) -> N
     _exact(RequestCounter(name), name, [first, kept, system, plain, plain.append(_reply("k"))])
 
 
-def test_lineage_is_taken_only_from_the_state_the_memo_ran_on() -> None:
-    """A memo told that a list keeps the items of a state it never ran on compares anyway."""
+def test_a_list_version_is_taken_only_from_the_version_the_memo_ran_on() -> None:
+    """A memo told that a list keeps the items of a version it never ran on compares anyway."""
     plan = plan_loop("{% for m in messages %}[{{ m['content'] }}]{% endfor %}")
     assert plan is not None
 
     def texts(*runs: tuple[list[dict[str, str]], object]) -> list[str]:
         memo = LoopMemo()
         memo.run = memo.callback(plan, lambda text, pieces: (len(text), (False, False)))
-        for items, lineage in runs:
-            memo.run(items, _echo, [], kept=True, lineage=lineage)
+        for items, version in runs:
+            memo.run(items, _echo, [], kept=True, version=version)
         return memo.texts
 
     first = [{"content": "a"}, {"content": "b"}]
     other = [first[0], {"content": "c"}]
     fresh = texts((other, None))
-    assert texts((first, ((1, 0), (0, 0), 0)), (other, ((5, 0), (4, 0), 2))) == fresh
-    assert texts((first, ((1, 0), (0, 0), 0)), (first, None), (other, ((2, 0), (1, 0), 2))) == fresh
-    longer = [*other, {"content": "d"}]
-    assert texts((other, ((1, 0), (0, 0), 0)), (longer, ((2, 0), (1, 0), 2))) == texts(
-        (longer, None)
+    assert texts((first, _v(1, 0, 0)), (other, _v(5, 4, 2))) == fresh
+    assert (
+        texts(
+            (first, _v(1, 0, 0)),
+            (first, None),
+            (other, _v(2, 1, 2)),
+        )
+        == fresh
     )
+    longer = [*other, {"content": "d"}]
+    assert texts((other, _v(1, 0, 0)), (longer, _v(2, 1, 2))) == texts((longer, None))
+
+
+def _v(now: int, before: int, unchanged: int) -> ListVersion:
+    return ListVersion((now, 0), (before, 0), unchanged)
 
 
 def _echo(message: dict[str, str], loop: object, messages: object) -> str:
@@ -266,46 +275,38 @@ def test_a_usual_append_measures_the_new_text_alone(
     hf_folder: Callable[[str], Path],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """One plain message appended, the head as it was: the step neither renders nor runs the
-    loop (``TemplateScheme._append``), tokenises one text, the new message's, and equals a
-    fresh count (counted after the spies are gone: a fresh count shares the tokenizer)."""
+    """One plain message appended, the head as it was: the step does not render the template
+    (the loop runs alone), tokenises one text, the new message's, and equals a fresh count
+    (counted after the spies are gone: a fresh count shares the tokenizer)."""
     name = f"hf:{hf_folder(folder)}"
     counter = RequestCounter(name)
     first = Request(system=system, messages=(_user("hello"), _reply("hi there")))
     request = first.append(_user("more"))
     counter.count(first)
     counter.count(request)  # the loop runs alone from the second count on
-    scheme = counter._scheme
-    assert isinstance(scheme, TemplateScheme)
-    (memo,) = counter._pieces.loops.values()
-    general: list[object] = []
+    state = counter._state
+    assert isinstance(state, TemplateCounts)
+    scheme = state.scheme
+    (memo,) = state.cache.loops.values()
+    rendered: list[object] = []
     encoded: list[str] = []
-    real_loop, real_one, real_run = (
-        TemplateScheme._count_by_loop,
-        scheme.tokenizer.count_special,
-        memo.run,
-    )
+    real_render, real_one = TemplateScheme.render, scheme.tokenizer.count_special
 
-    def loop(*args: Any) -> Any:
-        general.append(args)
-        return real_loop(*args)
+    def render(*args: Any, **kwargs: Any) -> Any:
+        rendered.append(args)
+        return real_render(*args, **kwargs)
 
     def one(text: str) -> int:
         encoded.append(text)
         return real_one(text)
 
-    def run(*args: Any, **kwargs: Any) -> str:
-        general.append(args)
-        return str(real_run(*args, **kwargs))
-
-    monkeypatch.setattr(TemplateScheme, "_count_by_loop", loop)
+    monkeypatch.setattr(TemplateScheme, "render", render)
     monkeypatch.setattr(scheme.tokenizer, "count_special", one)
-    monkeypatch.setattr(memo, "run", run)
     counted = []
     for new in (_reply("sure, here it is"), _user("thanks 数据 🙂"), _reply("ok")):
         request = request.append(new)
         counted.append((request, counter.count(request)))
-        assert general == []
+        assert rendered == []
         assert len(encoded) == len(counted) and new.text in encoded[-1]
         assert encoded[-1] in memo.texts[-1]  # the new message's own text
     monkeypatch.undo()
@@ -314,7 +315,7 @@ def test_a_usual_append_measures_the_new_text_alone(
 
 
 # Loops whose texts meet without an added token: between two messages, and the last one with
-# the generation prompt; the step in brief must leave both to the general result.
+# the generation prompt; the append step must count both as the full count does.
 JOINED = "{% for m in messages %}{{ m.content }}{% endfor %}"
 TAIL = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}{% endfor %}"
@@ -323,8 +324,8 @@ TAIL = (
 
 
 @pytest.fixture(scope="module")
-def seamed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    root = tmp_path_factory.mktemp("seamed")
+def no_cut_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("no_cut_folders")
     return {
         name: f"hf:{_build_folder(root / name, template)}"
         for name, template in (("joined", JOINED), ("tail", TAIL))
@@ -332,7 +333,7 @@ def seamed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 _plain = st.builds(_user, texts) | st.builds(_reply, texts)
-one_by_one = st.one_of(  # plain turns three times in five: runs of steps in brief
+one_by_one = st.one_of(  # plain turns three times in five: runs of append steps
     *[st.tuples(st.just("extend"), st.lists(_plain, min_size=1, max_size=1))] * 3,
     st.tuples(st.just("extend"), st.lists(messages(), min_size=1, max_size=1)),
     edits,
@@ -351,11 +352,11 @@ def test_appending_one_message_at_a_time_equals_a_fresh_count(
     system: str,
     steps: list[tuple[str, object]],
     hf_folder: Callable[[str], Path],
-    seamed: dict[str, str],
+    no_cut_folders: dict[str, str],
 ) -> None:
-    """Most steps append one message (``Request.append``: the step in brief where it can), the
+    """Most steps append one message (``Request.append``: one new message), the
     others edit, drop or change the head: each count equals a fresh one, then and at the end."""
-    name = seamed.get(folder) or f"hf:{hf_folder(folder)}"
+    name = no_cut_folders.get(folder) or f"hf:{hf_folder(folder)}"
     request = Request(system=system, messages=(_user("start"),))
     requests = [request]
     for step in steps:
@@ -367,7 +368,7 @@ def test_appending_one_message_at_a_time_equals_a_fresh_count(
 def test_a_step_in_brief_that_fails_fails_as_a_fresh_count_does(
     hf_folder: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The tokenizer refusing the new message's text on the step in brief: one line, the
+    """The tokenizer refusing the new message's text on an append step: one line, the
     fresh count's InputError, and the next step counts as if the failed one never was."""
     name = f"hf:{hf_folder('llama3-cl100k')}"
     tokenizer = get_tokenizer(name)
@@ -380,10 +381,9 @@ def test_a_step_in_brief_that_fails_fails_as_a_fresh_count_does(
 
     counter = RequestCounter(name)
     request = Request(system="Be brief.", messages=(_user("hi"),))
-    for new in (_reply("hello"), _user("more"), _reply("ok")):  # the last ones in brief
+    for new in (_reply("hello"), _user("more"), _reply("ok")):  # appends, the loop run alone
         request = request.append(new)
         counter.count(request)
-    assert counter._pieces.step is not None
     monkeypatch.setattr(tokenizer, "count_special", refusing_one)
     with pytest.raises(InputError, match="chat template failed: TypeError: the tokenizer"):
         counter.count(request.append(_user("x refused y")))

@@ -6,11 +6,11 @@ framing (3 per message, 3 to prime the reply: OpenAI cookbook) as the generic on
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from ctxbudget.counting.images import claude_image_tokens
-from ctxbudget.counting.scheme import NO_PIVOT
+from ctxbudget.counting.scheme import MessageScheme
 from ctxbudget.counting.template_input import message_text, tojson, tool_dict
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.tokens.base import CounterKind, TokenCounter
@@ -30,7 +30,7 @@ def tool_prompt_tokens(model: str | None) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class EstimateScheme:
+class EstimateScheme(MessageScheme):
     """Estimator counts of each part plus the generic framing; images by Anthropic's rule."""
 
     counter: TokenCounter
@@ -52,12 +52,6 @@ class EstimateScheme:
             return system, 0
         schemas = "\n".join(tojson(tool_dict(t)) for t in request.tools)
         return system, self.tool_prompt + self.counter.count(schemas)
-
-    def pivot(self, messages: Sequence[Message], start: int = 0, previous: int = NO_PIVOT) -> int:
-        return NO_PIVOT
-
-    def flags(self, messages: Sequence[Message], start: int, pivot: int) -> Sequence[Hashable]:
-        return [()] * (len(messages) - start)
 
     def message(self, message: Message, flags: Hashable) -> tuple[int, bool]:
         # Reasoning of earlier turns is dropped by these providers; it is not counted here.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxbudget.counting.images import openai_image_tokens
-from ctxbudget.counting.scheme import NO_PIVOT
+from ctxbudget.counting.scheme import MessageScheme
 from ctxbudget.counting.template_input import message_text, plain
 from ctxbudget.messages.model import Message, Request, ToolSpec
 from ctxbudget.tokens.base import CounterKind, TokenCounter
@@ -82,7 +82,7 @@ def tools_text(tools: Sequence[ToolSpec]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class OpenAIScheme:
+class OpenAIScheme(MessageScheme):
     """Counts with an OpenAI encoding and the published per-message constants."""
 
     counter: TokenCounter
@@ -110,12 +110,6 @@ class OpenAIScheme:
             return system, 0
         discount = TOOLS_SYSTEM_DISCOUNT if text is not None else 0
         return system, self.counter.count(tools_text(request.tools)) + TOOLS_OVERHEAD - discount
-
-    def pivot(self, messages: Sequence[Message], start: int = 0, previous: int = NO_PIVOT) -> int:
-        return NO_PIVOT
-
-    def flags(self, messages: Sequence[Message], start: int, pivot: int) -> Sequence[Hashable]:
-        return [()] * (len(messages) - start)
 
     def message(self, message: Message, flags: Hashable) -> tuple[int, bool]:
         # Reasoning is not resent in chat completions; a call costs its name and arguments

@@ -7,11 +7,11 @@ Qwen/Qwen2.5-7B-Instruct tokenizer_config.json); tests render both and compare t
 from __future__ import annotations
 
 import sys
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from ctxbudget.counting.images import qwen_image_tokens
-from ctxbudget.counting.scheme import NO_PIVOT
+from ctxbudget.counting.scheme import NO_PIVOT, MessageScheme
 from ctxbudget.counting.template_input import call_arguments, message_text, tojson, tool_dict
 from ctxbudget.messages.model import Message, Request, ToolCall
 from ctxbudget.tokens.base import CounterKind
@@ -209,9 +209,10 @@ def qwen3_append(
     messages: Sequence[Message], pivot: int, turns: bool
 ) -> tuple[int, Hashable, Hashable, str] | None:
     """``QwenScheme.append_step`` for Qwen3: the rules of ``last_query_index``, ``qwen3_flags``
-    and ``body`` for the two messages an append touches, decided at once (a step's Python
-    calls cost more than its rules). ``turns``: the turn cut holds, and so for Qwen3 the reply
-    cut (``QwenScheme._cuts``).
+    and ``body`` for the two messages an append touches, decided at once. Kept beside the
+    general step (``MessageCounts``) because a step's Python calls cost more than its rules:
+    without it a ~110-token Qwen3 step took 1.08-1.16x as long (BENCHMARKS.md, "Counting
+    internals"). ``turns``: the turn cut holds, and so the reply cut (``QwenScheme._cuts``).
     tests/counting/test_counter_steps.py checks it against those three on random steps."""
     new, last = messages[-1], messages[-2]
     content, role, n = new.content, new.role, len(messages)
@@ -298,27 +299,74 @@ def qwen25_message(message: Message, flags: Hashable) -> str:
     return _turn(message.role, message_text(message))
 
 
-# --- the schemes -----------------------------------------------------------------------------
+# --- the scheme ------------------------------------------------------------------------------
+
+
+def _no_pivot(messages: Sequence[Message], start: int = 0, previous: int = NO_PIVOT) -> int:
+    return NO_PIVOT
+
+
+def _no_append(
+    messages: Sequence[Message], pivot: int, turns: bool
+) -> tuple[int, Hashable, Hashable, str] | None:
+    return None
+
+
+def _qwen25_generation(enable_thinking: bool) -> str:
+    return REPLY_OPEN
+
+
+@dataclass(frozen=True, slots=True)
+class QwenTemplate:
+    """One Qwen chat template's rules, as the functions above give them."""
+
+    head: Callable[[Request], tuple[str, str]]
+    pivot: Callable[[Sequence[Message], int, int], int]
+    flags: Callable[[Sequence[Message], int, int], list[Hashable]]
+    message: Callable[[Message, Hashable], str]
+    generation: Callable[[bool], str]
+    reply_body: Callable[[Message], str | None] | None
+    """The cut of a reply into frame and body (``qwen3_reply_body``); None: no cut known."""
+    append: Callable[[Sequence[Message], int, bool], tuple[int, Hashable, Hashable, str] | None]
+    """``QwenScheme.append_step`` where the tool-result cut holds (``qwen3_append``)."""
+    named_by_tokenizer: bool
+    """The counter is named as its tokenizer (``qwen3``), else as the template (``qwen2.5``)."""
+
+
+QWEN_TEMPLATES = {
+    "qwen3": QwenTemplate(
+        qwen3_head, last_query_index, qwen3_flags, qwen3_message, qwen3_generation,
+        qwen3_reply_body, qwen3_append, True,
+    ),
+    "qwen2.5": QwenTemplate(
+        qwen25_head, _no_pivot, qwen25_flags, qwen25_message, _qwen25_generation, None,
+        _no_append, False,
+    ),
+}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class QwenScheme:
+class QwenScheme(MessageScheme):
     """Counts a request rendered by a native Qwen renderer with the Qwen tokenizer."""
 
     tokenizer: ExactTokenizer
     template: str = "qwen3"
-    """``qwen3`` or ``qwen2.5``."""
+    """``qwen3`` or ``qwen2.5`` (a key of ``QWEN_TEMPLATES``)."""
     enable_thinking: bool = True
     label: str | None = None
     """The counter's name when it is not the tokenizer's or template's (an ``hf:`` folder)."""
-    _cuts: tuple[bool, bool, bool] = field(init=False, repr=False, compare=False)
-    """Which ``body`` cuts hold for this tokenizer: tool results, turns, Qwen3 replies."""
+    _rules: QwenTemplate = field(init=False, repr=False, compare=False)
+    """``QWEN_TEMPLATES[template]``."""
+    _cuts: tuple[bool, bool] = field(init=False, repr=False, compare=False)
+    """Which ``body`` cuts hold for this tokenizer: tool results, turns (and so replies)."""
+
+    splits = True
 
     @property
     def name(self) -> str:
         if self.label is not None:
             return self.label
-        return self.tokenizer.name if self.template == "qwen3" else self.template
+        return self.tokenizer.name if self._rules.named_by_tokenizer else self.template
 
     @property
     def kind(self) -> CounterKind:
@@ -328,29 +376,25 @@ class QwenScheme:
         return len(self.tokenizer.encode(text, special=True)) if text else 0
 
     def head_text(self, request: Request) -> tuple[str, str]:
-        return qwen3_head(request) if self.template == "qwen3" else qwen25_head(request)
+        """The system part's and the tools part's text."""
+        return self._rules.head(request)
 
     def head(self, request: Request) -> tuple[int, int]:
-        system, tools = self.head_text(request)
+        system, tools = self._rules.head(request)
         return self.tokens(system), self.tokens(tools)
 
     def pivot(self, messages: Sequence[Message], start: int = 0, previous: int = NO_PIVOT) -> int:
-        if self.template != "qwen3":
-            return NO_PIVOT
-        return last_query_index(messages, start, previous)
+        return self._rules.pivot(messages, start, previous)
 
     def flags(self, messages: Sequence[Message], start: int, pivot: int) -> list[Hashable]:
-        if self.template == "qwen3":
-            return qwen3_flags(messages, start, pivot)
-        return qwen25_flags(messages, start, pivot)
+        return self._rules.flags(messages, start, pivot)
 
     def message_text(self, message: Message, flags: Hashable) -> str:
-        if self.template == "qwen3":
-            return qwen3_message(message, flags)
-        return qwen25_message(message, flags)
+        """One message's text as the template renders it under ``flags``."""
+        return self._rules.message(message, flags)
 
     def message(self, message: Message, flags: Hashable) -> tuple[int, bool]:
-        tokens = self.tokens(self.message_text(message, flags))
+        tokens = self.tokens(self._rules.message(message, flags))
         images = message.images
         if not images:
             return tokens, False
@@ -358,6 +402,9 @@ class QwenScheme:
 
     def __post_init__(self) -> None:
         tokenizer = self.tokenizer
+        rules = QWEN_TEMPLATES.get(self.template)
+        if rules is None:
+            raise ValueError(f"unknown Qwen template {self.template!r}")
         # A folder's tokenizer may normalise or match added tokens otherwise: no cut.
         own = not tokenizer.name.startswith(HF_PREFIX)
         # A tool result is cut at two added tokens, where the vocabulary has them (Qwen3).
@@ -372,30 +419,29 @@ class QwenScheme:
         # pre-tokens. The closing starts with an added token. tests/counting/test_newline_cut.py
         # checks it.
         turns = own and tokenizer.pattern in _NL_CUT
-        cuts = (own and tags, turns, turns and self.template == "qwen3")
-        object.__setattr__(self, "_cuts", cuts)  # decided once: a step asks for each message
+        object.__setattr__(self, "_rules", rules)
+        object.__setattr__(self, "_cuts", (own and tags, turns))  # decided once
 
     def body(self, message: Message) -> str | None:
-        tool, turn, reply = self._cuts
+        tool, turn = self._cuts
         if not isinstance(message.content, str) and message.images:
             return None
         role = message.role
         if role == "tool":
             return _tool_body(message) if tool else None
-        if role == "assistant":
-            return qwen3_reply_body(message) if reply else None
         if not turn:
             return None
+        if role == "assistant":
+            reply_body = self._rules.reply_body
+            return reply_body(message) if reply_body is not None else None
         text = message_text(message)
         return text if text and not text[0].isspace() else None
 
     def append_step(
         self, messages: Sequence[Message], pivot: int
     ) -> tuple[int, Hashable, Hashable, str] | None:
-        tool, turns, _ = self._cuts
-        if self.template != "qwen3" or not tool:
-            return None
-        return qwen3_append(messages, pivot, turns)
+        tool, turns = self._cuts
+        return self._rules.append(messages, pivot, turns) if tool else None
 
     def frame(self, role: str, flags: Hashable) -> tuple[str, str]:
         assert isinstance(flags, tuple)
@@ -406,9 +452,8 @@ class QwenScheme:
         return _turn_frame(role)
 
     def generation_text(self) -> str:
-        if self.template == "qwen3":
-            return qwen3_generation(self.enable_thinking)
-        return "<|im_start|>assistant\n"
+        """The generation prompt's text."""
+        return self._rules.generation(self.enable_thinking)
 
     def generation(self) -> int:
         return self.tokens(self.generation_text())

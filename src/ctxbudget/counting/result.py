@@ -142,7 +142,7 @@ class RunningCounts:
         self, name: str, kind: Literal["exact", "estimate"], head: tuple[int, int], generation: int
     ) -> RequestCount:
         """The count of a request whose messages have these counts, ``head`` its system's
-        and tools' tokens, ``generation`` the reply primer's, lent to the last message."""
+        and tools' tokens, ``generation`` the reply primer's, counted with the last message."""
         system, tools = head
         messages = self.total
         per_message: PerMessage | tuple[()] = ()
@@ -151,27 +151,7 @@ class RunningCounts:
             messages += generation
         else:
             system += generation  # no message to carry the reply primer: the head does
-        floor = system + tools
-        # __dict__ set at once: the frozen dataclass's own __init__ takes keywords (packed into
-        # a dict on the way) and sets each field with object.__setattr__, ~3x the cost, and
-        # every incremental step makes one. tests/counting/test_per_message.py checks it gives
-        # what RequestCount(...) gives.
-        count: RequestCount = object.__new__(RequestCount)
-        object.__setattr__(
-            count,
-            "__dict__",
-            {
-                "counter": name,
-                "kind": kind,
-                "total": floor + messages,
-                "system": system,
-                "tools": tools,
-                "messages": messages,
-                "per_message": per_message,
-                "floor": floor,
-            },
-        )
-        return count
+        return new_count(name, kind, system, tools, messages, per_message)
 
     def view(self, extra: int) -> PerMessage:
         """The counts as they are now, the last ``extra`` more, as they stay for the view."""
@@ -180,6 +160,38 @@ class RunningCounts:
         if read > self._frozen:
             self._frozen = read
         return PerMessage(items, read + 1, items[-1] + extra)
+
+
+def new_count(
+    name: str,
+    kind: Literal["exact", "estimate"],
+    system: int,
+    tools: int,
+    messages: int,
+    per_message: Sequence[int],
+) -> RequestCount:
+    """``RequestCount(...)`` with ``total`` and ``floor`` from the parts, made fast: every
+    incremental step makes one."""
+    floor = system + tools
+    # __dict__ set at once: the frozen dataclass's own __init__ takes keywords (packed into
+    # a dict on the way) and sets each field with object.__setattr__, ~3x the cost.
+    # tests/counting/test_per_message.py checks it gives what RequestCount(...) gives.
+    count: RequestCount = object.__new__(RequestCount)
+    object.__setattr__(
+        count,
+        "__dict__",
+        {
+            "counter": name,
+            "kind": kind,
+            "total": floor + messages,
+            "system": system,
+            "tools": tools,
+            "messages": messages,
+            "per_message": per_message,
+            "floor": floor,
+        },
+    )
+    return count
 
 
 @dataclass(frozen=True, kw_only=True)

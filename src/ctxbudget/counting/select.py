@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ctxbudget.counting.estimate_rules import EstimateScheme, tool_prompt_tokens
@@ -24,11 +25,33 @@ from ctxbudget.tokens.select import GENERIC_ESTIMATOR, get_counter
 if TYPE_CHECKING:
     from ctxbudget.counting.template_count import TemplateScheme
 
-TEMPLATES = ("qwen3", "qwen2.5", "qwen3.5", "openai", "estimate")
+
+def _qwen36(counter: TokenCounter, model: str | None) -> Scheme:
+    # Qwen3.5 and Qwen3.6 share one template, shipped with ctxbudget and rendered by Jinja.
+    folder = FolderTemplate(templates=(("", packaged_template("qwen3.5.jinja")),))
+    return _template_scheme()(
+        name=counter.name, template=folder, tokenizer=_exact(counter, "qwen3.6")
+    )
+
+
+_BUILT_IN: dict[str, Callable[[TokenCounter, str | None], Scheme]] = {
+    "qwen3": lambda counter, _: QwenScheme(tokenizer=_exact(counter, "qwen3"), template="qwen3"),
+    "qwen2.5": lambda counter, _: QwenScheme(
+        tokenizer=_exact(counter, "qwen2.5"), template="qwen2.5"
+    ),
+    "qwen3.6": _qwen36,
+    "openai": lambda counter, _: OpenAIScheme(counter),
+    "estimate": lambda counter, model: EstimateScheme(counter, tool_prompt_tokens(model)),
+}
+"""The built-in templates by name; a Qwen template is named as its tokenizer is."""
+
+_ALIASES = {"qwen3.5": "qwen3.6"}
+"""Other names of a built-in template, as the tokenizer registry has them (Qwen3.5 shares
+Qwen3.6's tokenizer and template)."""
+
+TEMPLATES = (*_BUILT_IN, *_ALIASES)
 """Template names ``template=`` accepts; ``hf:PATH`` names a model folder's own template, and
 ``hf:PATH#NAME`` one of its named templates (``tool_use``)."""
-
-_QWEN36_NAMES = frozenset({"qwen3.6", "qwen3.5"})
 
 
 def counter_name_for_model(model: str | None) -> str:
@@ -40,22 +63,18 @@ def counter_name_for_model(model: str | None) -> str:
 
 
 def _default_template(counter: TokenCounter) -> str:
+    """The template that goes with a tokenizer: a folder's own, a Qwen tokenizer's namesake,
+    OpenAI's rules for another exact tokenizer, the estimate rules for an estimator."""
     if counter.kind != "exact":
         return "estimate"
     if counter.name.startswith(HF_PREFIX):
         return counter.name
-    if counter.name == "qwen2.5":
-        return "qwen2.5"
-    if counter.name in _QWEN36_NAMES:
-        return "qwen3.5"
-    if counter.name == "qwen3":
-        return "qwen3"
-    return "openai"
+    return counter.name if counter.name in _BUILT_IN else "openai"
 
 
 def choose_scheme(
     counter: str | TokenCounter, *, template: str | None = None, model: str | None = None
-) -> Scheme | TemplateScheme:
+) -> Scheme:
     """The scheme for a counter name: its tokenizer with the template that goes with it."""
     resolved = get_counter(counter) if isinstance(counter, str) else counter
     chosen = template or _default_template(resolved)
@@ -69,18 +88,10 @@ def choose_scheme(
         return _template_scheme()(
             name=resolved.name, template=folder, tokenizer=tokenizer, template_name=name or None
         )
-    if chosen in ("qwen3", "qwen2.5"):
-        return QwenScheme(tokenizer=_exact(resolved, chosen), template=chosen)
-    if chosen == "qwen3.5":
-        folder = FolderTemplate(templates=(("", packaged_template("qwen3.5.jinja")),))
-        return _template_scheme()(
-            name=resolved.name, template=folder, tokenizer=_exact(resolved, chosen)
-        )
-    if chosen == "openai":
-        return OpenAIScheme(resolved)
-    if chosen == "estimate":
-        return EstimateScheme(resolved, tool_prompt_tokens(model))
-    raise UnknownNameError("template", chosen, [*TEMPLATES, "hf:PATH"])
+    make = _BUILT_IN.get(_ALIASES.get(chosen, chosen))
+    if make is None:
+        raise UnknownNameError("template", chosen, [*TEMPLATES, "hf:PATH"])
+    return make(resolved, model)
 
 
 def _template_scheme() -> type[TemplateScheme]:
@@ -102,9 +113,8 @@ def _native(folder: FolderTemplate, tokenizer: ExactTokenizer, name: str) -> str
 
 
 def _exact(counter: TokenCounter, template: str) -> ExactTokenizer:
+    """``counter`` where it is a tokenizer; else (an estimator cannot parse the special tokens
+    a template renders) the template's own: a folder's, or the Qwen template's namesake."""
     if isinstance(counter, ExactTokenizer):
         return counter
-    # A template renders special tokens; an estimator cannot parse them, so use the template's
-    # own tokenizer family.
-    fallback = template if template.startswith(HF_PREFIX) else "qwen3"
-    return get_tokenizer("qwen3.6" if template == "qwen3.5" else fallback)
+    return get_tokenizer(template)

@@ -3,14 +3,11 @@
 Text is cut before and after every added token that no neighbour can change (tokenizers never
 merge across one); each piece is tokenised alone, and a piece seen before is looked up by its
 text. Where the template's message loop is message-local (``template_loop``), the loop is
-rendered message by message and a step renders only what changed; each message owns its loop
-text. Otherwise the prompt is rendered whole, and each message owns the pieces from its opening
-marker (found from where its content sits) to the next message's. The head owns what comes
-first; the tools' share of it is the head rendered with tools minus the head without.
-
-A loop's usual step, one message appended to a loop whose texts read nothing after them, with
-the head and tail as they were, goes in brief (``TemplateScheme._append``): the count before
-leaves a ``LoopStep``, and the step builds and measures the new text alone.
+rendered message by message and a step renders only what changed (an appended message is a
+step with one new message); each message owns its loop text. Otherwise the prompt is rendered
+whole, and each message owns the pieces from its opening marker (found from where its content
+sits) to the next message's. The head owns what comes first; the tools' share of it is the
+head rendered with tools minus the head without. docs/counting-internals.md walks through it.
 """
 
 from __future__ import annotations
@@ -28,14 +25,21 @@ from ctxbudget.counting.hf import (
     run_template_code,
     strftime_now,
 )
-from ctxbudget.counting.result import PerMessage, RequestCount, RunningCounts
+from ctxbudget.counting.result import PerMessage, RequestCount, RunningCounts, new_count
 from ctxbudget.counting.sandbox import Limits, run_bounded
 from ctxbudget.counting.template_build import splitter
 from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allowed, unobserved
 from ctxbudget.counting.template_input import message_dict, template_tools
-from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
+from ctxbudget.counting.template_loop import (
+    LOOP_MARKER,
+    ListVersion,
+    LoopMemo,
+    LoopPlan,
+    plan_loop,
+)
 from ctxbudget.errors import InputError
-from ctxbudget.messages.model import Message, Request, alike, common_prefix, extends, same
+from ctxbudget.messages.model import Change, Message, Request, alike, same
+from ctxbudget.tokens.base import CounterKind
 from ctxbudget.tokens.registry import ExactTokenizer
 
 _PLACEHOLDER = "\ue000ctxbudget-cut\ue000"  # private-use characters: never in a template
@@ -49,22 +53,6 @@ def _message_chars(message: Message, text: str) -> int:
     return len(text) + sum(len(c.arguments) for c in message.tool_calls)
 
 
-@dataclass(frozen=True, slots=True)
-class LoopStep:
-    """What a count by the memoised loop leaves for the next one to append a message in brief
-    (``TemplateScheme._append``): the loop's plan, memo and frame (which knows the tools), the
-    system prompt it was counted with, where the loop's list starts, the head's tokens."""
-
-    plan: LoopPlan
-    memo: LoopMemo
-    frame: Frame
-    system: str | None
-    start: int
-    """The loop is given ``listed[start:]``."""
-    head: tuple[int, int]
-    """The system prompt's and the tools' tokens."""
-
-
 @dataclass(slots=True)
 class PieceCache:
     """What one ``RequestCounter`` keeps between steps of a template scheme: token counts of
@@ -74,7 +62,6 @@ class PieceCache:
     counts: dict[str, int] = field(default_factory=dict)
     shares: dict[tuple[Any, ...], int] = field(default_factory=dict)
     loops: dict[str, LoopMemo] = field(default_factory=dict)
-    messages: tuple[Message, ...] = ()
     dicts: list[dict[str, Any]] = field(default_factory=list)
     listed: list[dict[str, Any]] = field(default_factory=list)
     """The last ``template_messages``: the system dict (when there is one), then ``dicts``."""
@@ -85,19 +72,18 @@ class PieceCache:
     tools: list[dict[str, Any]] | None = None
     tools_key: str = "None"
     """``repr(tools)``, kept as ``tools`` changes: the tools' share is cached by it."""
-    step: LoopStep | None = None
-    """What the last count leaves for a loop's usual step in brief (``TemplateScheme``)."""
     version: int = 0
-    """How many times ``template_messages`` has run: each run is a state of ``listed``."""
-    same: int = 0
-    """How many leading items of ``listed`` are the very objects of the state before."""
+    """How many times ``template_messages`` has run: each run is a version of ``listed``."""
+    unchanged: int = 0
+    """How many leading items of ``listed`` are the very objects of the version before: the
+    system dict and the dicts of the messages the request kept (``Change.kept``)."""
 
-    def template_messages(self, request: Request) -> list[dict[str, Any]]:
-        """``template_input.template_messages``, reusing the dicts of unchanged messages. The
-        list is the same one each step, changed in place (a copy would touch every message):
-        whoever keeps its items across steps copies them."""
-        new, old = request.messages, self.messages
-        common = len(old) if extends(request, old) else common_prefix(old, new)
+    def template_messages(self, request: Request, common: int) -> list[dict[str, Any]]:
+        """``template_input.template_messages``, reusing the dicts of the first ``common``
+        messages, which the request counted last had too. The list is the same one each step,
+        changed in place (a copy would touch every message): whoever keeps its items across
+        steps copies them."""
+        new = request.messages
         listed, head = self.listed, len(self.listed) - len(self.dicts)  # 1: a system dict
         made = [message_dict(m) for m in new[common:]]  # first: a failure here changes nothing
         del self.dicts[common:], self.chars[common:]
@@ -106,7 +92,6 @@ class PieceCache:
             total += _message_chars(message, as_dict["content"])
             self.chars.append(total)
         self.dicts += made
-        self.messages = new
         system, text = self.system, request.system
         if text is not None and (system is None or system["content"] != text):
             system = self.system = {"role": "system", "content": text}
@@ -114,17 +99,18 @@ class PieceCache:
         self.version += 1
         if head != len(heads) or (heads and listed[0] is not system):
             listed[:] = [*heads, *self.dicts]
-            self.same = 0
+            self.unchanged = 0
         else:  # the same system dict each step (template_frame)
             del listed[head + common :]
             listed += self.dicts[common:]
-            self.same = head + common
+            self.unchanged = head + common
         return listed
 
-    def lineage(self, start: int) -> tuple[Any, Any, int]:
-        """``LoopMemo``'s ``lineage`` of ``listed[start:]`` now: its state, the state before,
-        and how many of its leading items that one had too."""
-        return (self.version, start), (self.version - 1, start), max(0, self.same - start)
+    def list_version(self, start: int) -> ListVersion:
+        """The version of ``listed[start:]`` now, for ``LoopMemo``."""
+        return ListVersion(
+            (self.version, start), (self.version - 1, start), max(0, self.unchanged - start)
+        )
 
     def suffix(self, start: int) -> list[dict[str, Any]]:
         """``listed[start:]``: ``listed`` or ``dicts`` themselves where it is one of them."""
@@ -160,6 +146,15 @@ class TemplateScheme:
     """A named template to use (``tool_use``) instead of transformers' choice."""
     memoise_loop: bool = True
     """Render the message loop message by message where the template allows it."""
+
+    @property
+    def kind(self) -> CounterKind:
+        """A template's count is exact: the model's own template and tokenizer."""
+        return "exact"
+
+    def incremental(self) -> TemplateCounts:
+        """A fresh state for counting request after request."""
+        return TemplateCounts(self)
 
     def source(self, tools: Any) -> str:
         return self.template.source(tools=tools is not None, name=self.template_name)
@@ -224,16 +219,15 @@ class TemplateScheme:
             counts.update(zip(new, self.tokenizer.count_special_many(new), strict=True))
         return counts
 
-    def count(self, request: Request, cache: PieceCache | None = None) -> RequestCount:
-        """The exact total with a per-part breakdown that adds up to it."""
-        cache = cache if cache is not None else PieceCache()
-        step, cache.step = cache.step, None  # it describes the count before, whatever happens
-        messages = cache.template_messages(request)
+    def count(
+        self, request: Request, cache: PieceCache | None = None, kept: int = 0
+    ) -> RequestCount:
+        """The exact total with a per-part breakdown that adds up to it; ``cache`` holds what
+        the count of an earlier request left, whose first ``kept`` messages ``request`` has."""
+        if cache is None:
+            cache, kept = PieceCache(), 0
+        messages = cache.template_messages(request, kept)
         tools = cache.template_tools(request)
-        if step is not None:
-            counted = self._append(step, request, messages, tools, cache)
-            if counted is not None:
-                return counted
         source = self.source(tools)
         chars = cache.input_chars(request)  # the sandbox's limits grow with the input
         plan = plan_loop(source) if self.memoise_loop else None
@@ -277,11 +271,11 @@ class TemplateScheme:
         frame = memo.frame
         if frame is not None and frame.reusable(messages, tools, strftime_now):
             # The head and tail would render as last time: run the loop alone.
-            lineage = None
+            version = None
 
             def kept(start: int) -> list[dict[str, Any]]:
-                nonlocal lineage
-                lineage = cache.lineage(start)
+                nonlocal version
+                version = cache.list_version(start)
                 return cache.suffix(start)
 
             def guard(call: Callable[[], None]) -> None:
@@ -290,16 +284,13 @@ class TemplateScheme:
             loop_input = frame.loop_input(messages, kept)
             # Texts built from proven shapes and their tokenising fail as a render would.
             run_template_code(
-                lambda: (
-                    memo.append_one(plan, loop_input, frame.outer, lineage)
-                    or run(
-                        loop_input,
-                        frame.body,
-                        frame.outer,  # a tuple: the memo keeps it, and knows it the next step
-                        kept=True,
-                        guard=guard,
-                        lineage=lineage,
-                    )
+                lambda: run(
+                    loop_input,
+                    frame.body,
+                    frame.outer,  # a tuple: the memo keeps it, and knows it the next step
+                    kept=True,
+                    guard=guard,
+                    version=version,
                 )
             )
         else:
@@ -307,11 +298,10 @@ class TemplateScheme:
             frame = self._render_frame(plan, source, messages, tools, cache, limits, run)
             if frame is None:
                 return None
-        return self._loop_result(plan, source, request, messages, tools, cache, memo, frame)
+        return self._loop_result(source, request, messages, tools, cache, memo, frame)
 
     def _loop_result(
         self,
-        plan: LoopPlan,
         source: str,
         request: Request,
         messages: list[dict[str, Any]],
@@ -321,7 +311,7 @@ class TemplateScheme:
         frame: Frame,
     ) -> RequestCount | None:
         """The count from the loop's texts as ``memo`` has them now, around ``frame``'s head
-        and tail; keeps a ``LoopStep`` where the next step may take it."""
+        and tail."""
         items = memo.items
         offset = len(messages) - len(items)
         suffix = not items or (
@@ -332,7 +322,7 @@ class TemplateScheme:
             return None
         h = 1 if request.system is not None else 0  # the system dict
         lead = max(0, h - offset)  # the system prompt's own loop text (0 or 1 of them)
-        fixes = memo.seam_fixes(lambda text: self._tokens(text, cache)) if memo.bad else {}
+        fixes = memo.join_fixes(lambda text: self._tokens(text, cache)) if memo.bad else {}
         lead_tokens = memo.counts.items[0] if lead else 0
         head_tokens = frame.before_tokens + lead_tokens
         message_tokens = memo.counts.total - lead_tokens + sum(fixes.values())
@@ -341,53 +331,7 @@ class TemplateScheme:
             message_tokens += frame.after_tokens
         else:
             head_tokens += frame.after_tokens
-        count = self._result(source, messages[:h], tools, cache, head_tokens, parts, message_tokens)
-        start = frame.suffix_start(len(messages))
-        if (
-            plan.appendable
-            and memo.frame is frame
-            and start is not None
-            and offset == h  # the loop's texts are the messages' (none is the system's)
-            and not fixes
-            and memo.texts
-            and memo.texts[0]
-        ):
-            cache.step = LoopStep(
-                plan, memo, frame, request.system, start, (count.system, count.tools)
-            )
-        return count
-
-    def _append(
-        self,
-        step: LoopStep,
-        request: Request,
-        messages: list[dict[str, Any]],
-        tools: Any,
-        cache: PieceCache,
-    ) -> RequestCount | None:
-        """A loop's usual step in brief: one message appended, the head and tail as the last
-        count had them (``step``), the new message's text built from its proven shape and
-        measured alone (``LoopMemo.append_one``). None where the general count must go."""
-        memo, frame, start = step.memo, step.frame, step.start
-        if (
-            request.system != step.system  # the head's tokens are the step's
-            or frame.suffix_start(len(messages)) != start
-            or not frame.reusable(messages, tools, strftime_now)  # the tools, the clock, reads
-        ):
-            return None
-        lineage, loop_input = cache.lineage(start), cache.suffix(start)
-        if not run_template_code(
-            lambda: memo.append_one(step.plan, loop_input, frame.outer, lineage)
-        ):
-            return None
-        if memo.bad or not memo.texts[-1] or not self._apart(frame, memo):
-            # the new text meets its neighbour or the tail without an added token
-            source = self.source(tools)
-            return self._loop_result(
-                step.plan, source, request, messages, tools, cache, memo, frame
-            )
-        cache.step = step
-        return memo.counts.request_count(self.name, "exact", step.head, frame.after_tokens)
+        return self._result(source, messages[:h], tools, cache, head_tokens, parts, message_tokens)
 
     def _result(
         self,
@@ -403,16 +347,7 @@ class TemplateScheme:
         message's; ``message_tokens`` is ``sum(parts)``, kept by the caller."""
         tools_tokens = self._tools_share(source, head, tools, head_tokens, cache)
         system = head_tokens - tools_tokens
-        return RequestCount(
-            counter=self.name,
-            kind="exact",
-            total=head_tokens + message_tokens,
-            system=system,
-            tools=tools_tokens,
-            messages=message_tokens,
-            per_message=parts,
-            floor=system + tools_tokens,
-        )
+        return new_count(self.name, "exact", system, tools_tokens, message_tokens, parts)
 
     def _render_frame(
         self,
@@ -479,7 +414,7 @@ class TemplateScheme:
         first, last = ends
         head_ok = not frame.before or frame.before_cut or memo.edges[first][0]
         tail_ok = not frame.after or memo.edges[last][1] or frame.after_cut
-        return head_ok and tail_ok  # texts that meet without one are joined (seam_fixes)
+        return head_ok and tail_ok  # texts that meet without one are joined (join_fixes)
 
     def _try_render(self, source: str, messages: list[dict[str, Any]], tools: Any) -> str | None:
         try:
@@ -528,6 +463,20 @@ class TemplateScheme:
         return min(max(share, 0), head_tokens)
 
 
+class TemplateCounts:
+    """What a ``RequestCounter`` keeps between requests for a template scheme."""
+
+    def __init__(self, scheme: TemplateScheme) -> None:
+        self.scheme = scheme
+        self.cache = PieceCache()
+
+    def count(self, request: Request, change: Change) -> RequestCount:
+        """The count of ``request``, rendering and tokenising what changed."""
+        result = self.scheme.count(request, self.cache, change.kept)
+        self.cache.trim()
+        return result
+
+
 def _per_message(
     counts: RunningCounts, lead: int, zeros: int, after: int, extra: dict[int, int]
 ) -> tuple[int, ...] | PerMessage:
@@ -543,13 +492,13 @@ def _per_message(
     if not (lead or zeros or (extra and extra.keys() - {n - 1})):
         return counts.view(extra.get(n - 1, 0) + after)
     items = counts.items
-    lent = {**extra, n - 1: extra.get(n - 1, 0) + after}
-    for at, tokens in lent.items():  # lent for the copy, given back after it (no view reads
+    added = {**extra, n - 1: extra.get(n - 1, 0) + after}
+    for at, tokens in added.items():  # added for the copy, taken off after it (no view reads
         items[at] += tokens  # in between)
     try:
         mine = tuple(items) if not lead else tuple(itertools.islice(items, lead, None))
     finally:
-        for at, tokens in lent.items():
+        for at, tokens in added.items():
             items[at] -= tokens
     return (0,) * zeros + mine if zeros else mine
 

@@ -55,10 +55,6 @@ class LoopPlan:
     a use is anything else (printed, added to), so the exact length matters."""
     shapes: BodyShapes | None = None
     """The body, for building a message's text without Jinja (``template_shape``)."""
-    appendable: bool = False
-    """True when a message's text reads no other message (an earlier one wraps to the last at
-    the first position) and not the loop's length or end: appending one leaves every text
-    before it as it was (``LoopMemo.append_one``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +221,6 @@ def plan_loop(source: str) -> LoopPlan | None:
         deterministic=not random,
         length_cuts=cuts,
         shapes=shapes,
-        appendable=before == after == 0 and attrs.isdisjoint(_END),
     )
 
 
@@ -256,6 +251,20 @@ def _length_cuts(tree: Any) -> frozenset[int] | None:
     return frozenset(cuts) if uses == 0 else None
 
 
+@dataclass(frozen=True, slots=True)
+class ListVersion:
+    """Which version of its kept list a caller gives the loop, and how much of it is unchanged:
+    where the memo ran on ``previous`` last, the first ``unchanged`` items are the very items
+    it kept, known equal without a compare."""
+
+    version: tuple[int, int]
+    """The list's version now (any value the caller changes each time the list changes)."""
+    previous: tuple[int, int]
+    """The version before."""
+    unchanged: int
+    """How many leading items of the list are the very objects of version ``previous``."""
+
+
 @dataclass(slots=True)
 class LoopMemo:
     """The texts and counts of the last render's loop, by position, and what they came from."""
@@ -271,10 +280,11 @@ class LoopMemo:
     bad: set[int] = field(default_factory=set)
     """Positions ``i`` where text ``i - 1`` meets text ``i`` without such a token."""
     joins: dict[int, tuple[tuple[str, ...], int]] = field(default_factory=dict)
-    """Per run of texts joined at such seams, by its first position: its texts and how many
-    tokens the joined text has beyond their own counts (``seam_fixes``)."""
-    state: Any = None
-    """The ``lineage`` state of the list the last ``kept`` run was given (None: unknown)."""
+    """Per run of texts that meet without such a token, by its first position: its texts and
+    how many tokens the joined text has beyond their own counts (``join_fixes``)."""
+    version: tuple[int, int] | None = None
+    """The ``ListVersion.version`` of the list the last ``kept`` run was given (None:
+    unknown)."""
     frame: Any = None
     """The last render's head and tail (``template_frame.Frame``), when they may be reused."""
     run: Any = None
@@ -296,10 +306,8 @@ class LoopMemo:
         that keeps ``messages`` and changes it later says ``kept=True``: the memo then copies
         what changed into its own list instead of keeping ``messages``. A caller outside a
         render passes ``guard``, which runs the bodies Jinja must render within the sandbox's
-        bounds (texts built from a proven shape need none). ``lineage`` (a ``kept`` caller's)
-        is ``(state, previous, same)``: ``messages`` is in list state ``state``, and its first
-        ``same`` items are the very objects of state ``previous``; where the last run was
-        given state ``previous``, those are known equal to the kept items without a compare."""
+        bounds (texts built from a proven shape need none). ``version`` (a ``kept`` caller's)
+        says which version of its list ``messages`` is (``ListVersion``)."""
 
         shapes = ShapeTexts(plan.shapes, splitter) if plan.shapes is not None else None
         self.shapes, self.measure = shapes, measure
@@ -310,13 +318,13 @@ class LoopMemo:
             outer: Sequence[Any],
             kept: bool = False,
             guard: Callable[[Callable[[], None]], None] | None = None,
-            lineage: tuple[Any, Any, int] | None = None,
+            version: ListVersion | None = None,
         ) -> str:
             known = 0
-            if lineage is not None and self.state is not None and lineage[1] == self.state:
-                known = lineage[2]
+            if version is not None and version.previous == self.version:
+                known = version.unchanged
             start = self._first_stale(plan, messages, outer, known)
-            self.outer = self.state = None  # until this render ends: a template that fails
+            self.outer = self.version = None  # until this render ends: a template that fails
             n = len(messages)  # midway (raise_exception) leaves texts the next one must redo
             if n < len(self.texts):
                 self.counts.cut(n)
@@ -330,49 +338,14 @@ class LoopMemo:
             else:  # a fresh list from the template's call
                 self.items = messages
             self.outer = kept_values(outer)
-            self.state = lineage[0] if kept and lineage is not None else None
+            self.version = version.version if kept and version is not None else None
             return LOOP_MARKER
 
         return run
 
-    def append_one(
-        self,
-        plan: LoopPlan,
-        messages: list[Any],
-        outer: Sequence[Any],
-        lineage: tuple[Any, Any, int] | None,
-    ) -> bool:
-        """A ``kept`` run's usual step in brief: ``messages`` is the last run's items (known
-        by ``lineage``) and one more, in a loop whose texts read nothing after them
-        (``LoopPlan.appendable``), with the same values from before the loop, and the new
-        message has a proven shape: its text alone is built and measured. False, with the
-        texts and counts as they were, where the run must go (``callback``'s ``run``); a
-        failure is the run's (call it as the run is called)."""
-        shapes = self.shapes
-        n = len(messages)
-        if (
-            shapes is None
-            or not plan.appendable
-            or lineage is None
-            or self.state is None
-            or lineage[1] != self.state
-            or lineage[2] != n - 1
-            or len(self.texts) != n - 1
-            or outer is not self.outer  # a frame's tuple, kept as it is (``kept_values``)
-        ):
-            return False
-        shapes.use(outer)
-        made = shapes.text(messages[-1], n - 1, n, value_limit())
-        if made is None:
-            return False
-        self._store([n - 1], [made], n)
-        self.items.append(messages[-1])
-        self.state = lineage[0]
-        return True
-
     def _store(self, changed: list[int], made: list[tuple[str, list[str] | None]], n: int) -> None:
         """Measure the texts ``made`` for the ``changed`` positions (in order) and keep them,
-        with the seams they make, in a loop of ``n`` texts."""
+        with where they meet their neighbours, in a loop of ``n`` texts."""
         texts, counts, edges, measure = self.texts, self.counts, self.edges, self.measure
         assert measure is not None  # ``callback`` gave it
         for i, (text, pieces) in zip(changed, made, strict=True):
@@ -383,11 +356,11 @@ class LoopMemo:
             else:
                 texts.append(text)
                 edges.append(edge)
-        self._reseam(changed, n)
+        self._mark_joins(changed, n)
 
-    def _reseam(self, changed: list[int], n: int) -> None:
+    def _mark_joins(self, changed: list[int], n: int) -> None:
         """Mark the texts that meet the text before them without an added token between. An
-        empty text (a system prompt the head renders) is no text: the seam is between the
+        empty text (a system prompt the head renders) is no text: the texts that meet are the
         non-empty texts around it."""
         texts, edges = self.texts, self.edges
         if self.bad:
@@ -419,7 +392,7 @@ class LoopMemo:
             return None
         return first, next(i for i in range(len(texts) - 1, first - 1, -1) if texts[i])
 
-    def seam_fixes(self, tokens: Callable[[str], int]) -> dict[int, int]:
+    def join_fixes(self, tokens: Callable[[str], int]) -> dict[int, int]:
         """Where texts meet without an added token between (Hermes-2-Pro: two tool results,
         ``</tool_response>\n`` | ``<tool_response>``), the tokenizer sees them as one text:
         for each such run, by its last position, the tokens of the joined text (``tokens``)
@@ -452,7 +425,7 @@ class LoopMemo:
         self, plan: LoopPlan, messages: list[Any], outer: Sequence[Any], known: int = 0
     ) -> int:
         """The first loop position to render again; ``messages[:known]`` are known to be the
-        very items the last run kept (``lineage``)."""
+        very items the last run kept (``ListVersion``)."""
         if not same_values(self.outer, outer) or not plan.loop_attrs.isdisjoint(_LENGTH):
             return 0
         old = self.items

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from ctxbudget.messages.jsondepth import JsonTooDeep, check_depth, load_json
 from ctxbudget.messages.usage import Usage
@@ -180,6 +180,40 @@ def join_system(parts: Iterable[str | None]) -> str | None:
     if not given:
         return None
     return "\n\n".join(p for p in given if p)
+
+
+class Change(NamedTuple):
+    """What differs between the request a counter counted last and the next one (a named
+    tuple: every step makes one, and a tuple is made at a third of a dataclass's cost)."""
+
+    kept: int
+    """How many leading messages the two share (by identity or value)."""
+    appended: bool
+    """True when the next request keeps every message of the last one (and may add some)."""
+    same_head: bool
+    """True when the system prompt and the tools render as they did."""
+    same: bool
+    """True when the whole request renders as it did (the same messages tuple, the same head):
+    a loop often counts one request several times (before sending it, at sending)."""
+
+
+NOTHING_KEPT = Change(kept=0, appended=False, same_head=False, same=False)
+"""The change to a request from a counter that has counted nothing (or failed midway)."""
+
+
+def what_changed(before: Request | None, after: Request) -> Change:
+    """What ``after`` keeps of ``before``, the request counted last: the one place a counter
+    learns what to count again. A request made by ``Request.append`` from ``before``'s
+    messages is known to keep them all without comparing them."""
+    if before is None:
+        return NOTHING_KEPT
+    old, new = before.messages, after.messages
+    same_head = before is after or (
+        before.system == after.system and alike(before.tools, after.tools)
+    )
+    known = old is new or after._extends is old
+    kept = len(old) if known else common_prefix(old, new)
+    return Change(kept, kept == len(old), same_head, same_head and old is new)
 
 
 def extends(request: Request, messages: tuple[Message, ...]) -> bool:
