@@ -1,12 +1,19 @@
-"""The gateway in front of a real llama.cpp server (issues 27 and 28): its window read from the
-server's ``/props``; its count (``x-ctxbudget-tokens``) equal to the prompt tokens the server
-reports, on seeded conversations with tools, for Chat Completions, Anthropic Messages and
-Responses (the pinned llama-server serves all three); and a conversation driven through it far
-past the server's ``-c 2048`` that never gets an overflow error, the summaries written by the
-served model itself (random weights: garbage text, which is all a summary needs to be here).
+"""The gateway in front of a real llama.cpp server (issues 27 and 28), on all three APIs the
+pinned llama-server serves (Chat Completions, Anthropic Messages, Responses):
 
-The gateway runs in-process under uvicorn on a loopback port (`serve_on_loopback`), with no
-``--window``, counting with ``hf:`` the Qwen2.5 folder the served GGUF was written from.
+- its window read from the server's ``/props`` when none is given;
+- its count (``x-ctxbudget-tokens``) equal to the prompt tokens the server reports, on seeded
+  conversations with tools, whole and streamed; where llama.cpp's conversion of a Messages or
+  Responses body reads it apart from the gateway, a strict xfail says where
+  (`test_known_divergences`);
+- a tool loop driven far past the server's ``-c 2048`` never gets an overflow error: the
+  gateway compacts, the summaries written by the served model itself (random weights: garbage
+  text, which is all a summary needs to be here);
+- told too large a window, the gateway reads llama.cpp's own overflow error, adopts its
+  ``n_ctx`` and retries, unseen by the client.
+
+The gateway runs in-process under uvicorn on a loopback port (`serve_on_loopback`), counting
+with ``hf:`` the Qwen2.5 folder the served GGUF was written from.
 """
 
 from __future__ import annotations
@@ -379,7 +386,7 @@ DIVERGENCES = [
             strict=True,
             reason="llama.cpp sends empty instructions as an empty system message; the "
             "gateway reads them as no system prompt (Qwen2.5 then renders its default one: "
-            "+16 tokens; a template with no default would count under)",
+            "+16 tokens; the tier's Llama-3-style folder, with no default, counts 5 under)",
         ),
     ),
     pytest.param(
