@@ -35,7 +35,7 @@ from ctxbudget.counting import RequestCounter
 from ctxbudget.gateway.app import create_app
 from ctxbudget.gateway.chat import CHAT
 from ctxbudget.gateway.config import GatewayConfig
-from ctxbudget.gateway.messages_api import MESSAGES
+from ctxbudget.gateway.messages_api import COUNT_TOKENS_PATH, MESSAGES
 from ctxbudget.gateway.responses import RESPONSES
 from ctxbudget.messages.model import Message, Request, ToolCall
 from ctxbudget.messages.openai import request_to_openai
@@ -338,6 +338,21 @@ def test_the_gateways_count_is_the_servers_prompt_tokens(gateway: Gateway, api: 
         if ours != server:
             wrong.append((seed, server, ours))
     assert wrong[:5] == [], f"{len(wrong)} of {SEEDED} differ (seed, server, gateway)"
+
+
+def test_count_tokens_through_the_gateway_is_the_servers_prompt(gateway: Gateway) -> None:
+    """``POST /v1/messages/count_tokens`` (Claude Code asks it) through the gateway: the
+    ``input_tokens`` it answers are the prompt the server then reports for the same request.
+    (On this branch the gateway routes no count_tokens: llama.cpp's own answer passes
+    through; once the gateway answers it, this checks its answer.)"""
+    for request in _seeded_with_tools(6):
+        body = messages_body(request)
+        count_body = {k: v for k, v in body.items() if k != "max_tokens"}  # it has none
+        counted = gateway.client.post(COUNT_TOKENS_PATH, json=count_body)
+        assert counted.status_code == 200, counted.text
+        reply = gateway.client.post(MESSAGES.path, json=body)
+        assert reply.status_code == 200, reply.text
+        assert counted.json()["input_tokens"] == _messages_prompt(reply.json())
 
 
 # Where the gateway's reading of a request and llama.cpp's conversion of it to a chat request
