@@ -415,11 +415,6 @@ DIVERGENCES = [
             "max_tokens": 1,
         },
         id="messages-system-blocks",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="llama.cpp joins system text blocks with nothing between them; the "
-            "gateway (messages/anthropic.py _system) with a blank line (+1 token a join)",
-        ),
     ),
 ]
 

@@ -32,7 +32,6 @@ from ctxbudget.messages.model import (
     Request,
     TextPart,
     ToolCall,
-    join_system,
 )
 from ctxbudget.messages.model import ToolSpec as _ToolSpec
 
@@ -221,9 +220,11 @@ def _system(value: object) -> str | None:
     for i, item in enumerate(as_list(value, "system")):
         block, _ = _block(item, join("system", i), ("text",))
         texts.append(required_str(block, "text", join("system", i)))
-    # How the API joins system blocks is not documented; a blank line matches how our
-    # OpenAI reader joins leading system messages, so both formats count alike.
-    return join_system(texts) or None
+    # How Anthropic joins system blocks is not documented; servers that speak the API in front
+    # of an open model concatenate them with nothing between (llama.cpp's server:
+    # `convert_anthropic_to_oai` in tools/server/server-common.cpp appends each text block's
+    # text to one system message), so that is what the model reads and what we count.
+    return "".join(texts) or None
 
 
 def _tool(value: object, path: str) -> _ToolSpec:
