@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from tests.gateway.sse_events import merged, sse_events
 from ctxbudget.compaction.strategies import compact
 from ctxbudget.counting import RequestCounter
 from ctxbudget.errors import InputError
+from ctxbudget.gateway.chat import CHAT
 from ctxbudget.gateway.responses import RESPONSES, output_text
 from ctxbudget.messages.model import Request
 
@@ -218,6 +220,26 @@ def test_a_string_input_is_one_user_message() -> None:
     parsed = RESPONSES.parse({"model": "m", "input": "hello", "max_output_tokens": 64})
     assert [(m.role, m.text) for m in parsed.request.messages] == [("user", "hello")]
     assert parsed.request.max_output_tokens == 64
+
+
+def test_empty_instructions_are_an_empty_system_turn(hf_folder: Callable[[str], Path]) -> None:
+    """``instructions: ""`` is an empty system turn, not none: llama.cpp's server sends it as
+    an empty system message, which a template with a default system prompt (Qwen2.5) renders
+    instead of its default. It counts as the Chat Completions request llama.cpp makes of it."""
+    parsed = RESPONSES.parse({"model": "m", "instructions": "", "input": "hi"})
+    assert parsed.request.system == ""
+    chat = CHAT.parse(
+        {
+            "model": "m",
+            "messages": [{"role": "system", "content": ""}, {"role": "user", "content": "hi"}],
+        }
+    )
+    counter = RequestCounter(f"hf:{hf_folder('qwen2.5')}")
+    assert counter.count(parsed.request).total == counter.count(chat.request).total
+    # No instructions at all stay no system prompt, and an empty one adds no blank line.
+    assert RESPONSES.parse({"model": "m", "input": "hi"}).request.system is None
+    developer = [{"role": "developer", "content": "D"}, {"role": "user", "content": "hi"}]
+    assert RESPONSES.parse({"instructions": "", "input": developer}).request.system == "D"
 
 
 @pytest.mark.parametrize(

@@ -397,12 +397,6 @@ DIVERGENCES = [
         RESPONSES.path,
         {"instructions": "", "input": "hi", "max_output_tokens": 1},
         id="responses-empty-instructions",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="llama.cpp sends empty instructions as an empty system message; the "
-            "gateway reads them as no system prompt (Qwen2.5 then renders its default one: "
-            "+16 tokens; the tier's Llama-3-style folder, with no default, counts 5 under)",
-        ),
     ),
     pytest.param(
         MESSAGES.path,

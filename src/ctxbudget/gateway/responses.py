@@ -89,8 +89,10 @@ class ResponsesApi:
         except CtxbudgetError as exc:
             raise InputError(str(exc)) from None
         request = Request(
-            # Empty instructions are no system prompt, as the Agents SDK adapter reads them.
-            system=join_system((instructions or None, translated.system)),
+            # Empty instructions are an empty system turn (""), not none: llama.cpp's server
+            # sends ``instructions`` as a system message whatever its text
+            # (`convert_responses_to_chatcmpl`, tools/server/server-common.cpp).
+            system=join_system((instructions, translated.system)),
             tools=tools,
             messages=translated.messages,
             max_output_tokens=optional_positive_int(obj, "max_output_tokens", ""),
