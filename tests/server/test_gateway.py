@@ -3,9 +3,9 @@ pinned llama-server serves (Chat Completions, Anthropic Messages, Responses):
 
 - its window read from the server's ``/props`` when none is given;
 - its count (``x-ctxbudget-tokens``) equal to the prompt tokens the server reports, on seeded
-  conversations with tools, whole and streamed; where llama.cpp's conversion of a Messages or
-  Responses body reads it apart from the gateway, a strict xfail says where
-  (`test_known_divergences`);
+  conversations with tools, whole and streamed, and on the bodies whose conversion by llama.cpp
+  once read them apart from the gateway (`test_llamacpps_conversions_count_alike`: a Responses
+  turn of several items, empty ``instructions``, Messages system blocks);
 - a tool loop driven far past the server's ``-c 2048`` never gets an overflow error: the
   gateway compacts, the summaries written by the served model itself (random weights: garbage
   text, which is all a summary needs to be here);
@@ -287,16 +287,9 @@ def _seeded_with_tools(
     return out
 
 
-def _one_item_turns(request: Request) -> bool:
-    """True when each assistant turn is one Responses item: text or one call, not both."""
-    return all(
-        len(m.tool_calls) + bool(m.text) <= 1 for m in request.messages if m.role == "assistant"
-    )
-
-
-SEEDED_FOR = {"chat": lambda r: True, "messages": lambda r: True, "responses": _one_item_turns}
-"""Which seeded requests each API's count is checked on; see `test_known_divergences` for
-the Responses turns of several items."""
+SEEDED_FOR = {"chat": lambda r: True, "messages": lambda r: True, "responses": lambda r: True}
+"""Which seeded requests each API's count is checked on: all of them (Responses turns of
+several items included, which llama.cpp reads as one assistant message, as the gateway does)."""
 
 
 # -- the tests ---------------------------------------------------------------------------------
@@ -356,9 +349,9 @@ def test_count_tokens_through_the_gateway_is_the_servers_prompt(gateway: Gateway
 
 
 # Where the gateway's reading of a request and llama.cpp's conversion of it to a chat request
-# part (llama.cpp: tools/server/server-common.cpp, ``convert_responses_to_chatcmpl`` and
-# ``convert_anthropic_to_oai``). Each is strict: it fails the day the two agree.
-DIVERGENCES = [
+# once parted (llama.cpp: tools/server/server-common.cpp, ``convert_responses_to_chatcmpl`` and
+# ``convert_anthropic_to_oai``): the gateway now reads each as the server does.
+CONVERSIONS = [
     pytest.param(
         RESPONSES.path,
         {
@@ -384,14 +377,6 @@ DIVERGENCES = [
             "max_output_tokens": 1,
         },
         id="responses-turn-of-several-items",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="llama.cpp merges an assistant message and the function_call items after "
-            "it into one assistant message (merge_prev); the gateway's Responses reading "
-            "(integrations/_responses.read_item via gateway/responses.py) makes one assistant "
-            "message per item: each extra item counts one turn frame more (+4-5 tokens, "
-            "Qwen2.5)",
-        ),
     ),
     pytest.param(
         RESPONSES.path,
@@ -413,8 +398,10 @@ DIVERGENCES = [
 ]
 
 
-@pytest.mark.parametrize(("path", "body"), DIVERGENCES)
-def test_known_divergences(gateway: Gateway, path: str, body: dict[str, Any]) -> None:
+@pytest.mark.parametrize(("path", "body"), CONVERSIONS)
+def test_llamacpps_conversions_count_alike(
+    gateway: Gateway, path: str, body: dict[str, Any]
+) -> None:
     reply = gateway.client.post(path, json={"model": "qwen2.5-tiny", **body})
     assert reply.status_code == 200, reply.text
     usage = reply.json()["usage"]
