@@ -101,7 +101,8 @@ class ResponsesApi:
         request = Request(
             # Empty instructions are an empty system turn (""), not none: llama.cpp's server
             # sends ``instructions`` as a system message whatever its text
-            # (`convert_responses_to_chatcmpl`, tools/server/server-common.cpp).
+            # (`convert_responses_to_chatcmpl`, tools/server/server-common.cpp; named
+            # `server_chat_convert_responses_to_chatcmpl` in server-chat.cpp of the pinned one).
             system=join_system((instructions, translated.system)),
             tools=tools,
             messages=translated.messages,

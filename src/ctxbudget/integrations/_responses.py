@@ -81,11 +81,12 @@ def turns(items: Sequence[Item]) -> list[Turn]:
     messages and calls, with the items we read nothing from among them, such as reasoning)
     one turn, every other item a turn of its own.
 
-    llama.cpp's server (``convert_responses_to_chatcmpl``, tools/server/server-common.cpp)
-    merges an assistant message, function call or reasoning item into the assistant message
-    before it, if the message before it is the assistant's; OpenAI's Agents SDK (its
-    ``Converter.items_to_messages``) puts calls on the assistant message before them too. One
-    assistant message per item would count a turn frame more for each extra item."""
+    llama.cpp's server (``convert_responses_to_chatcmpl``, tools/server/server-common.cpp;
+    ``server_chat_convert_responses_to_chatcmpl`` in server-chat.cpp of older ones) merges an
+    assistant message, function call or reasoning item into the message before it when that
+    one is the assistant's; OpenAI's Agents SDK (its ``Converter.items_to_messages``) puts
+    calls on the assistant message before them too. One assistant message per item would
+    count a turn frame more for each extra item."""
     out: list[Turn] = []
     run: list[Item] = []
     for item in items:

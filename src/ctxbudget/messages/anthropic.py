@@ -220,10 +220,11 @@ def _system(value: object) -> str | None:
     for i, item in enumerate(as_list(value, "system")):
         block, _ = _block(item, join("system", i), ("text",))
         texts.append(required_str(block, "text", join("system", i)))
-    # How Anthropic joins system blocks is not documented; servers that speak the API in front
-    # of an open model concatenate them with nothing between (llama.cpp's server:
-    # `convert_anthropic_to_oai` in tools/server/server-common.cpp appends each text block's
-    # text to one system message), so that is what the model reads and what we count.
+    # How Anthropic joins system blocks is not documented; llama.cpp's server, which speaks the
+    # API in front of open models, concatenates them with nothing between (it appends each text
+    # block's text to one system message: `convert_anthropic_to_oai` in
+    # tools/server/server-common.cpp, `server_chat_convert_anthropic_to_oai` in
+    # tools/server/server-chat.cpp of the version the server tier pins), so we count that.
     return "".join(texts) or None
 
 
