@@ -188,9 +188,9 @@ def test_round_trip_forwards_the_body_unchanged() -> None:
     before = copy.deepcopy(body)
     parsed = MESSAGES.parse(body)
     assert parsed.passthrough is None and parsed.stream
+    # System blocks joined with nothing between them, as llama.cpp's server joins them.
     assert parsed.request.system == (
-        "You are Claude Code, Anthropic's official CLI for Claude.\n\n"
-        "You are an interactive CLI tool."
+        "You are Claude Code, Anthropic's official CLI for Claude.You are an interactive CLI tool."
     )
     assert parsed.head == [body["system"][0], {"type": "text", "text": body["system"][1]["text"]}]
     assert parsed.request.max_output_tokens == 32_000

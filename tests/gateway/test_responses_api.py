@@ -4,7 +4,9 @@ usage (whole and streamed), errors, summaries."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,9 @@ from tests.gateway.sse_events import merged, sse_events
 from ctxbudget.compaction.strategies import compact
 from ctxbudget.counting import RequestCounter
 from ctxbudget.errors import InputError
+from ctxbudget.gateway.chat import CHAT
 from ctxbudget.gateway.responses import RESPONSES, output_text
+from ctxbudget.integrations._responses import read_turn, rebuild_turn
 from ctxbudget.messages.model import Request
 
 # A Codex-shaped request: instructions, a developer message, the user's task with input_text
@@ -218,6 +222,163 @@ def test_a_string_input_is_one_user_message() -> None:
     parsed = RESPONSES.parse({"model": "m", "input": "hello", "max_output_tokens": 64})
     assert [(m.role, m.text) for m in parsed.request.messages] == [("user", "hello")]
     assert parsed.request.max_output_tokens == 64
+
+
+def test_empty_instructions_are_an_empty_system_turn(hf_folder: Callable[[str], Path]) -> None:
+    """``instructions: ""`` is an empty system turn, not none: llama.cpp's server sends it as
+    an empty system message, which a template with a default system prompt (Qwen2.5) renders
+    instead of its default. It counts as the Chat Completions request llama.cpp makes of it."""
+    parsed = RESPONSES.parse({"model": "m", "instructions": "", "input": "hi"})
+    assert parsed.request.system == ""
+    chat = CHAT.parse(
+        {
+            "model": "m",
+            "messages": [{"role": "system", "content": ""}, {"role": "user", "content": "hi"}],
+        }
+    )
+    counter = RequestCounter(f"hf:{hf_folder('qwen2.5')}")
+    assert counter.count(parsed.request).total == counter.count(chat.request).total
+    # No instructions at all stay no system prompt, and an empty one adds no blank line.
+    assert RESPONSES.parse({"model": "m", "input": "hi"}).request.system is None
+    developer = [{"role": "developer", "content": "D"}, {"role": "user", "content": "hi"}]
+    assert RESPONSES.parse({"instructions": "", "input": developer}).request.system == "D"
+
+
+def _turn_of_several_items(n: int, output: str) -> list[dict[str, Any]]:
+    """Codex's way of writing a turn: reasoning, a message, then two calls, then their outputs."""
+    return [
+        _reasoning(n),
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": f"msg_{n}",
+            "content": [
+                {"type": "output_text", "text": f"Reading two files ({n}).", "annotations": []}
+            ],
+        },
+        *(
+            {
+                "type": "function_call",
+                "call_id": f"call_{n}{x}",
+                "name": "exec_command",
+                "arguments": json.dumps({"cmd": f"cat {x}{n}.py"}),
+            }
+            for x in "ab"
+        ),
+        *(
+            {"type": "function_call_output", "call_id": f"call_{n}{x}", "output": output}
+            for x in "ab"
+        ),
+    ]
+
+
+def test_a_turn_of_several_items_is_one_assistant_message(
+    hf_folder: Callable[[str], Path],
+) -> None:
+    """An assistant message and the calls after it are one assistant message with two calls,
+    as llama.cpp merges them (``merge_prev``): the count is the Chat Completions request the
+    server makes of the body, not one turn frame more per item."""
+    items = [{"type": "message", "role": "user", "content": "Read both files."}]
+    items += _turn_of_several_items(1, "x = 1")
+    parsed = RESPONSES.parse({"model": "m", "input": items, "tools": TOOLS[:1]})
+    assistant = [m for m in parsed.request.messages if m.role == "assistant"]
+    assert len(assistant) == 1
+    assert assistant[0].text == "Reading two files (1)."
+    assert [c.id for c in assistant[0].tool_calls] == ["call_1a", "call_1b"]
+    calls = [
+        {
+            "id": i["call_id"],
+            "type": "function",
+            "function": {"name": i["name"], "arguments": i["arguments"]},
+        }
+        for i in items
+        if i.get("type") == "function_call"
+    ]
+    chat_tools = [
+        {"type": "function", "function": {k: v for k, v in TOOLS[0].items() if k != "type"}}
+    ]
+    chat = CHAT.parse(
+        {
+            "model": "m",
+            "tools": chat_tools,
+            "messages": [
+                {"role": "user", "content": "Read both files."},
+                {"role": "assistant", "content": "Reading two files (1).", "tool_calls": calls},
+                {"role": "tool", "tool_call_id": "call_1a", "content": "x = 1"},
+                {"role": "tool", "tool_call_id": "call_1b", "content": "x = 1"},
+            ],
+        }
+    )
+    counter = RequestCounter(f"hf:{hf_folder('qwen2.5')}")
+    assert counter.count(parsed.request).total == counter.count(chat.request).total
+    # Two assistant messages in a row are one too, their texts in order (as llama.cpp keeps them).
+    second = {"type": "message", "role": "assistant", "content": "Then the tests."}
+    merged = RESPONSES.parse({"model": "m", "input": [*items[:3], second, *items[3:]]})
+    assistant = [m for m in merged.request.messages if m.role == "assistant"]
+    assert [len(assistant), assistant[0].text] == [1, "Reading two files (1).Then the tests."]
+
+
+def test_a_tool_with_an_empty_schema_keeps_it_empty(hf_folder: Callable[[str], Path]) -> None:
+    """``"parameters": {}`` is rendered as sent (llama.cpp passes it on to the template), not
+    as ``{"type": "object"}``, which counted 4 tokens more (Qwen2.5); a tool without
+    parameters gets ``{"type": "object"}``, as the Chat Completions reader gives it."""
+    tool = {"type": "function", "name": "read_file", "parameters": {}}
+    parsed = RESPONSES.parse({"model": "m", "input": "hi", "tools": [tool]})
+    assert parsed.request.tools[0].parameters == {}
+    chat_tool = {"type": "function", "function": {"name": "read_file", "parameters": {}}}
+    chat = CHAT.parse(
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [chat_tool]}
+    )
+    counter = RequestCounter(f"hf:{hf_folder('qwen2.5')}")
+    assert counter.count(parsed.request).total == counter.count(chat.request).total
+    bare = {"type": "function", "name": "read_file"}
+    assert RESPONSES.parse({"input": "hi", "tools": [bare]}).request.tools[0].parameters == {
+        "type": "object"
+    }
+
+
+def test_a_compacted_turn_of_several_items_keeps_its_own_items() -> None:
+    """Compaction over turns of several items: unchanged turns verbatim, every call with its
+    output, and what is forwarded counts as what the session decided."""
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": "Read them all."}]
+    for n in range(12):
+        items += _turn_of_several_items(n, "\n".join(f"line {i} of file {n}" for i in range(60)))
+    body = {"model": "m", "input": items, "tools": TOOLS}
+    parsed = RESPONSES.parse(body)
+    counter = RequestCounter("o200k_base")
+    total = counter.count(parsed.request).total
+    result = compact(
+        parsed.request, counter, threshold=total // 3, strategy="summarize", summarizer=_Summary()
+    )
+    sent = parsed.request.with_messages(result.messages)
+    out = RESPONSES.forward_body(body, parsed, sent, None)["input"]
+    assert len(out) < len(items)
+    # The newest turn (reasoning, message, both calls) exactly as sent, then its outputs (the
+    # first one cut by the strategy to fit the threshold, the second one verbatim).
+    assert out[-6:-2] == items[-6:-2]
+    assert out[-1] == items[-1] and out[-2]["call_id"] == items[-2]["call_id"]
+    calls = [i["call_id"] for i in out if i.get("type") == "function_call"]
+    outputs = [i["call_id"] for i in out if i.get("type") == "function_call_output"]
+    assert calls == outputs
+    again = RESPONSES.parse({**body, "input": out})
+    assert counter.count(again.request).total == counter.count(sent).total
+
+
+def test_a_changed_turn_is_rebuilt_from_its_own_items() -> None:
+    """A turn whose text compaction changed: its reasoning and calls verbatim, the new text in
+    its first message item, its second message item folded into it."""
+    turn = tuple(_turn_of_several_items(3, "out")[:4])
+    second = {"type": "message", "role": "assistant", "content": "More."}
+    turn = (*turn[:2], second, *turn[2:])
+    (message,) = read_turn(turn)
+    assert message.text == "Reading two files (3).More."
+    changed = dataclasses.replace(message, content="(cut)")
+    rebuilt = rebuild_turn(turn, [changed])
+    assert [rebuilt[0], *rebuilt[2:]] == [turn[0], turn[3], turn[4]]
+    assert rebuilt[1]["id"] == "msg_3"
+    assert rebuilt[1]["content"] == [{"type": "output_text", "text": "(cut)", "annotations": []}]
+    assert [(m.text, m.tool_calls) for m in read_turn(rebuilt)] == [("(cut)", message.tool_calls)]
+    assert rebuild_turn(turn, [message]) == turn
 
 
 @pytest.mark.parametrize(

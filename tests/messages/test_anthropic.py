@@ -193,7 +193,7 @@ def test_an_empty_anthropic_system_is_no_system_prompt(system: object) -> None:
     assert request_from_anthropic({"system": system, "messages": hi}).system is None
     assert request_from_anthropic({"messages": hi}).system is None
     blocks = [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}]
-    assert request_from_anthropic({"system": blocks, "messages": hi}).system == "A\n\nB"
+    assert request_from_anthropic({"system": blocks, "messages": hi}).system == "AB"
 
 
 def test_a_system_turn_among_the_messages_is_read() -> None:
@@ -216,5 +216,20 @@ def test_a_system_turn_among_the_messages_is_read() -> None:
     assert [(m.role, m.text) for m in request.messages] == [
         ("user", "go"),
         ("system", env),
-        ("system", "a\n\nb"),
+        ("system", "ab"),
     ]
+
+
+def test_anthropic_system_blocks_join_with_nothing_between() -> None:
+    """System text blocks are concatenated as they are, as llama.cpp's server does
+    (`convert_anthropic_to_oai`): a blank line between them made the count one token over the
+    server's for each join. Whitespace the blocks carry themselves is kept."""
+    blocks = [
+        {"type": "text", "text": "You are a coding agent."},
+        {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": "\nUse tools."},
+    ]
+    request = request_from_anthropic(
+        {"system": blocks, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    assert request.system == "You are a coding agent.Be brief.\nUse tools."

@@ -1,12 +1,19 @@
-"""The gateway in front of a real llama.cpp server (issues 27 and 28): its window read from the
-server's ``/props``; its count (``x-ctxbudget-tokens``) equal to the prompt tokens the server
-reports, on seeded conversations with tools, for Chat Completions, Anthropic Messages and
-Responses (the pinned llama-server serves all three); and a conversation driven through it far
-past the server's ``-c 2048`` that never gets an overflow error, the summaries written by the
-served model itself (random weights: garbage text, which is all a summary needs to be here).
+"""The gateway in front of a real llama.cpp server (issues 27 and 28), on all three APIs the
+pinned llama-server serves (Chat Completions, Anthropic Messages, Responses):
 
-The gateway runs in-process under uvicorn on a loopback port (`serve_on_loopback`), with no
-``--window``, counting with ``hf:`` the Qwen2.5 folder the served GGUF was written from.
+- its window read from the server's ``/props`` when none is given;
+- its count (``x-ctxbudget-tokens``) equal to the prompt tokens the server reports, on seeded
+  conversations with tools, whole and streamed, and on the bodies whose conversion by llama.cpp
+  once read them apart from the gateway (`test_llamacpps_conversions_count_alike`: a Responses
+  turn of several items, empty ``instructions``, Messages system blocks);
+- a tool loop driven far past the server's ``-c 2048`` never gets an overflow error: the
+  gateway compacts, the summaries written by the served model itself (random weights: garbage
+  text, which is all a summary needs to be here);
+- told too large a window, the gateway reads llama.cpp's own overflow error, adopts its
+  ``n_ctx`` and retries, unseen by the client.
+
+The gateway runs in-process under uvicorn on a loopback port (`serve_on_loopback`), counting
+with ``hf:`` the Qwen2.5 folder the served GGUF was written from.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from ctxbudget.counting import RequestCounter
 from ctxbudget.gateway.app import create_app
 from ctxbudget.gateway.chat import CHAT
 from ctxbudget.gateway.config import GatewayConfig
-from ctxbudget.gateway.messages_api import MESSAGES
+from ctxbudget.gateway.messages_api import COUNT_TOKENS_PATH, MESSAGES
 from ctxbudget.gateway.responses import RESPONSES
 from ctxbudget.messages.model import Message, Request, ToolCall
 from ctxbudget.messages.openai import request_to_openai
@@ -280,16 +287,9 @@ def _seeded_with_tools(
     return out
 
 
-def _one_item_turns(request: Request) -> bool:
-    """True when each assistant turn is one Responses item: text or one call, not both."""
-    return all(
-        len(m.tool_calls) + bool(m.text) <= 1 for m in request.messages if m.role == "assistant"
-    )
-
-
-SEEDED_FOR = {"chat": lambda r: True, "messages": lambda r: True, "responses": _one_item_turns}
-"""Which seeded requests each API's count is checked on; see `test_known_divergences` for
-the Responses turns of several items."""
+SEEDED_FOR = {"chat": lambda r: True, "messages": lambda r: True, "responses": lambda r: True}
+"""Which seeded requests each API's count is checked on: all of them (Responses turns of
+several items included, which llama.cpp reads as one assistant message, as the gateway does)."""
 
 
 # -- the tests ---------------------------------------------------------------------------------
@@ -333,10 +333,25 @@ def test_the_gateways_count_is_the_servers_prompt_tokens(gateway: Gateway, api: 
     assert wrong[:5] == [], f"{len(wrong)} of {SEEDED} differ (seed, server, gateway)"
 
 
+def test_count_tokens_through_the_gateway_is_the_servers_prompt(gateway: Gateway) -> None:
+    """``POST /v1/messages/count_tokens`` (Claude Code asks it) through the gateway: the
+    ``input_tokens`` it answers are the prompt the server then reports for the same request.
+    (On this branch the gateway routes no count_tokens: llama.cpp's own answer passes
+    through; once the gateway answers it, this checks its answer.)"""
+    for request in _seeded_with_tools(6):
+        body = messages_body(request)
+        count_body = {k: v for k, v in body.items() if k != "max_tokens"}  # it has none
+        counted = gateway.client.post(COUNT_TOKENS_PATH, json=count_body)
+        assert counted.status_code == 200, counted.text
+        reply = gateway.client.post(MESSAGES.path, json=body)
+        assert reply.status_code == 200, reply.text
+        assert counted.json()["input_tokens"] == _messages_prompt(reply.json())
+
+
 # Where the gateway's reading of a request and llama.cpp's conversion of it to a chat request
-# part (llama.cpp: tools/server/server-common.cpp, ``convert_responses_to_chatcmpl`` and
-# ``convert_anthropic_to_oai``). Each is strict: it fails the day the two agree.
-DIVERGENCES = [
+# once parted (llama.cpp: tools/server/server-common.cpp, ``convert_responses_to_chatcmpl`` and
+# ``convert_anthropic_to_oai``): the gateway now reads each as the server does.
+CONVERSIONS = [
     pytest.param(
         RESPONSES.path,
         {
@@ -362,25 +377,11 @@ DIVERGENCES = [
             "max_output_tokens": 1,
         },
         id="responses-turn-of-several-items",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="llama.cpp merges an assistant message and the function_call items after "
-            "it into one assistant message (merge_prev); the gateway's Responses reading "
-            "(integrations/_responses.read_item via gateway/responses.py) makes one assistant "
-            "message per item: each extra item counts one turn frame more (+4-5 tokens, "
-            "Qwen2.5)",
-        ),
     ),
     pytest.param(
         RESPONSES.path,
         {"instructions": "", "input": "hi", "max_output_tokens": 1},
         id="responses-empty-instructions",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="llama.cpp sends empty instructions as an empty system message; the "
-            "gateway reads them as no system prompt (Qwen2.5 then renders its default one: "
-            "+16 tokens; a template with no default would count under)",
-        ),
     ),
     pytest.param(
         MESSAGES.path,
@@ -393,17 +394,14 @@ DIVERGENCES = [
             "max_tokens": 1,
         },
         id="messages-system-blocks",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="llama.cpp joins system text blocks with nothing between them; the "
-            "gateway (messages/anthropic.py _system) with a blank line (+1 token a join)",
-        ),
     ),
 ]
 
 
-@pytest.mark.parametrize(("path", "body"), DIVERGENCES)
-def test_known_divergences(gateway: Gateway, path: str, body: dict[str, Any]) -> None:
+@pytest.mark.parametrize(("path", "body"), CONVERSIONS)
+def test_llamacpps_conversions_count_alike(
+    gateway: Gateway, path: str, body: dict[str, Any]
+) -> None:
     reply = gateway.client.post(path, json={"model": "qwen2.5-tiny", **body})
     assert reply.status_code == 200, reply.text
     usage = reply.json()["usage"]

@@ -2,10 +2,14 @@
 
 The conversation is ``instructions`` (the system prompt) and the ``input`` items: messages,
 ``function_call`` / ``function_call_output``, ``custom_tool_call`` / ``custom_tool_call_output``,
-``reasoning`` (its ``encrypted_content`` opaque) and hosted-tool items. Each item is read by the
-library's own reader (`integrations._responses.read_item`); an item that holds nothing we count
-(reasoning) travels with the item after it, so a compacted request keeps the reasoning that led
-to a kept call, verbatim, and drops it with a call compaction folded away.
+``reasoning`` (its ``encrypted_content`` opaque) and hosted-tool items. The items are read by
+the library's own reader (`integrations._responses`), a turn at a time: the assistant's items
+in a row (its message, its calls, the reasoning among them) are one assistant message, as the
+server reads them (llama.cpp merges them so), every other item is one unit. A unit is forwarded
+verbatim while compaction leaves its messages alone; a changed assistant turn keeps its own
+items (reasoning verbatim, each call still made verbatim, the text rewritten), so a call never
+leaves the turn that made it nor its output. An item that holds nothing we count and is no part
+of an assistant turn travels with the unit after it.
 
 A request with ``previous_response_id`` or ``conversation`` keeps its history on the server
 (as does one with an ``item_reference``): the gateway sees only part of it and cannot budget
@@ -23,7 +27,13 @@ from ctxbudget.budget.usage import usage_from_openai_responses
 from ctxbudget.errors import CtxbudgetError, InputError
 from ctxbudget.gateway.api import ErrorKind, JsonBody, Parsed
 from ctxbudget.gateway.chat import CHAT
-from ctxbudget.integrations._responses import read_item, rebuild_item, tool_specs
+from ctxbudget.integrations._responses import (
+    Turn,
+    read_turn,
+    rebuild_turn,
+    tool_specs,
+    turns,
+)
 from ctxbudget.integrations._view import SOURCE_KEY, Translated, translate
 from ctxbudget.messages._checks import (
     as_list,
@@ -70,7 +80,7 @@ class ResponsesApi:
         stream = obj.get("stream") is True
         passthrough = _server_side_history(obj)
         if passthrough is not None:
-            empty: Translated[Item] = translate([], read_item)
+            empty: Translated[Turn] = translate([], read_turn)
             request = Request(model=model)
             return Parsed(
                 request=request,
@@ -84,13 +94,16 @@ class ResponsesApi:
             fail("instructions", f"expected a string, got {type_name(instructions)}")
         items = _input_items(obj.get("input"))
         try:
-            translated = translate(items, read_item)
+            translated = translate(turns(items), read_turn)
             tools = tool_specs(_tools(obj))
         except CtxbudgetError as exc:
             raise InputError(str(exc)) from None
         request = Request(
-            # Empty instructions are no system prompt, as the Agents SDK adapter reads them.
-            system=join_system((instructions or None, translated.system)),
+            # Empty instructions are an empty system turn (""), not none: llama.cpp's server
+            # sends ``instructions`` as a system message whatever its text
+            # (`convert_responses_to_chatcmpl`, tools/server/server-common.cpp; named
+            # `server_chat_convert_responses_to_chatcmpl` in server-chat.cpp of the pinned one).
+            system=join_system((instructions, translated.system)),
             tools=tools,
             messages=translated.messages,
             max_output_tokens=optional_positive_int(obj, "max_output_tokens", ""),
@@ -169,18 +182,18 @@ class ResponsesApi:
         return output_text(reply)
 
 
-def forward_items(translated: Translated[Item], messages: Sequence[Message]) -> list[Item]:
-    """``messages`` (the session's decision) as ``input`` items: the client's own where
-    unchanged; items with nothing to count (reasoning) go with the item after them, and those
-    at the very end stay at the end."""
-    items = translated.back_whole(messages, rebuild_item)
+def forward_items(translated: Translated[Turn], messages: Sequence[Message]) -> list[Item]:
+    """``messages`` (the session's decision) as ``input`` items: the client's own turns where
+    unchanged, changed ones rebuilt from their own items; items with nothing to count outside
+    an assistant turn go with the turn after them, and those at the very end stay at the end."""
+    units = translated.back_whole(messages, rebuild_turn)
     last = _last_source(messages)
     if last is not None:
-        # `back` places a silent item before the item it precedes; none follows the last ones.
+        # `back` places a silent unit before the unit it precedes; none follows the last ones.
         tail = list(translated.items[last + 1 :])
         if tail and not any(translated.per_item[last + 1 :]):
-            items.extend(tail)
-    return items
+            units.extend(tail)
+    return [item for unit in units for item in unit]
 
 
 def output_text(reply: Mapping[str, Any]) -> str:

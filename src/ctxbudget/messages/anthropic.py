@@ -32,7 +32,6 @@ from ctxbudget.messages.model import (
     Request,
     TextPart,
     ToolCall,
-    join_system,
 )
 from ctxbudget.messages.model import ToolSpec as _ToolSpec
 
@@ -229,9 +228,12 @@ def _system_texts(value: object, path: str) -> str:
     for i, item in enumerate(as_list(value, path)):
         block, _ = _block(item, join(path, i), ("text",))
         texts.append(required_str(block, "text", join(path, i)))
-    # How the API joins system blocks is not documented; a blank line matches how our
-    # OpenAI reader joins leading system messages, so both formats count alike.
-    return join_system(texts) or ""
+    # How Anthropic joins system blocks is not documented; llama.cpp's server, which speaks the
+    # API in front of open models, concatenates them with nothing between (it appends each text
+    # block's text to one system message: `convert_anthropic_to_oai` in
+    # tools/server/server-common.cpp, `server_chat_convert_anthropic_to_oai` in
+    # tools/server/server-chat.cpp of the version the server tier pins), so we count that.
+    return "".join(texts)
 
 
 def _tool(value: object, path: str) -> _ToolSpec:
