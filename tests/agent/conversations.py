@@ -20,7 +20,9 @@ def long_conversation(words: int = 60, turns: int = 30) -> Request:
 
 class SlowSummarizer:
     """Counts its calls, sets ``started`` at each, and takes ``delay`` seconds (so concurrent
-    callers overlap it)."""
+    callers overlap it). Its window holds any fold, so one compaction is one call."""
+
+    window = 131_072
 
     def __init__(self, delay: float = 0.3) -> None:
         self.delay, self.calls = delay, 0

@@ -207,7 +207,10 @@ def test_the_session_loop_decides_as_the_agent_does(
 
 
 class CountingSummarizer:
-    """A summarizer that counts the prefixes it was asked to summarise, slowly."""
+    """A summarizer that counts the prefixes it was asked to summarise, slowly; its window holds
+    any fold (one call a compaction)."""
+
+    window = 131_072
 
     def __init__(self) -> None:
         self.asked: list[str] = []

@@ -356,7 +356,10 @@ def test_the_default_path_is_under_the_user_cache_dir(
 
 
 class CountingSummarizer:
-    """A scripted summarizer that counts its calls."""
+    """A scripted summarizer that counts its calls; its window holds any fold (one call a
+    compaction)."""
+
+    window = 131_072
 
     def __init__(self) -> None:
         self.calls = 0
@@ -379,6 +382,7 @@ from ctxbudget.messages.model import Message, Request
 
 class CountingSummarizer:
     calls = 0
+    window = 131_072
     def summarize(self, request):
         self.calls += 1
         return "The user discussed many topics; nothing is pending."

@@ -166,8 +166,10 @@ def test_summary_update_passes_the_previous_summary() -> None:
     threshold = floor_of(session) + 3000
     first = run(session, threshold, strategy="summarize", summarizer=summarizer)
     more = first.messages + coding_session(30)[1:]
+    calls = len(summarizer.requests)
     second = run(more, threshold, strategy="summarize", summarizer=summarizer)
-    prompt = summarizer.requests[-1].messages[0].text
+    # the first call of the update (more follow when the fold is larger than one request holds)
+    prompt = summarizer.requests[calls].messages[0].text
     assert "<previous-summary>" in prompt and first.summary is not None
     assert first.summary.strip() in prompt
     summaries = [m for m in second.messages if m.is_summary]
@@ -284,3 +286,30 @@ def test_compaction_id_defaults_to_fresh_uuid_hex() -> None:
     a, b = run(session, threshold), run(session, threshold)
     assert len(a.compaction_id) == 32 and a.compaction_id != b.compaction_id
     int(a.compaction_id, 16)
+
+
+def test_a_fold_larger_than_the_summarizers_window_is_summarised_in_parts() -> None:
+    # 60 steps to fold through a summarizer whose window holds a few of them: one request used
+    # to drop the oldest steps unseen (opencode#11450); now each part is summarised in turn and
+    # its summary is the previous summary of the next call.
+    session = coding_session(60)
+    summarizer = ScriptedSummarizer()
+    window = 2_500
+    res = run(
+        session,
+        floor_of(session) + 3000,
+        strategy="summarize",
+        summarizer=summarizer,
+        summarizer_window=window,
+    )
+    assert res.messages[0].is_summary
+    counter = FakeCounter()
+    assert len(summarizer.requests) > 1
+    for sent in summarizer.requests:
+        assert counter.count(sent).total + (sent.max_output_tokens or 0) <= window
+    for later in summarizer.requests[1:]:
+        assert "<previous-summary>" in later.messages[0].text  # a rolling summary
+    seen = "\n".join(r.messages[0].text for r in summarizer.requests)
+    folded = session[1 : len(session) - (len(res.messages) - 2)]
+    called = [c.arguments for m in folded for c in m.tool_calls]
+    assert called and all(arguments[:30] in seen for arguments in called)  # no step unseen

@@ -227,7 +227,7 @@ def test_count_tokens_counts_what_would_be_forwarded(tmp_path: Path) -> None:
         body["messages"] = _long_conversation(8)
         reply = client.post("/v1/messages", json=body)
         assert reply.status_code == 200 and reply.headers["x-ctxbudget-compacted"] == "1"
-        assert upstream.summaries == 1
+        assert upstream.summaries >= 1  # one compaction: its fold may take several calls
         calls = len(upstream.calls)
         del body["max_tokens"]
         counted = sdk.messages.count_tokens(**body)

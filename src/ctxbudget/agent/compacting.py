@@ -48,6 +48,9 @@ def compact_under_line(
         threshold=max(floor + 1, int(line * scale)),
         strategy=strategy,
         summarizer=summarizer,
+        # The summary request goes to a model with a window of its own (its ``window``), else
+        # to this one: it may fill the window, not only the line the conversation keeps under.
+        summarizer_window=getattr(summarizer, "window", None) or window,
         compaction_id=f"c{number}-{time.time_ns():x}",
     )
     record = CompactionRecord(

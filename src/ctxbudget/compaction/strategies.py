@@ -18,7 +18,7 @@ from ctxbudget.compaction.handoff import (
     finish_summary,
     summary_facts,
 )
-from ctxbudget.compaction.summarizer import Summarizer, fit_summarizer_request
+from ctxbudget.compaction.summarizer import Summarizer, summarize_in_chunks
 from ctxbudget.errors import (
     CompactionError,
     ConfigError,
@@ -209,7 +209,8 @@ def _summarize(
     errors = tuple(dict.fromkeys([*old_errors, *error_lines(folded)]))
     files = old_files.merged(file_activity(folded))
     budget = max(1, room - (job.conversation((*pinned, *tail)) - job.conversation(pinned)))
-    request = fit_summarizer_request(
+    text = summarize_in_chunks(
+        summarizer,
         previous,
         folded,
         errors=errors,
@@ -218,7 +219,6 @@ def _summarize(
         limit=window or job.threshold,
         count=lambda r: job.counter.count(r).total,
     )
-    text = summarizer.summarize(request)
     if not text.strip():
         raise CompactionError("the summarizer returned an empty summary")
     summary = finish_summary(text, errors=errors, files=files)

@@ -12,10 +12,12 @@ from ctxbudget.messages.model import Message, Request
 
 __all__ = [
     "CLIP_STEPS",
+    "MAX_SUMMARY_CHUNKS",
     "SUMMARIZER_SYSTEM",
     "ProviderSummarizer",
     "Summarizer",
     "fit_summarizer_request",
+    "summarize_in_chunks",
     "summarizer_request",
     "transcript",
 ]
@@ -23,6 +25,9 @@ __all__ = [
 # Tool outputs in the summarizer's input are clipped to this many characters (head + tail);
 # each later step clips harder before the oldest messages are dropped.
 CLIP_STEPS: tuple[int, ...] = (2_000, 800, 300)
+MAX_SUMMARY_CHUNKS = 16
+"""The most summarizer calls one compaction makes when what it folds is larger than the
+summarizer's window (a rolling summary, one call per part)."""
 
 SUMMARIZER_SYSTEM = (
     "You write handoff summaries for an agent whose earlier conversation no longer fits its "
@@ -155,3 +160,102 @@ def fit_summarizer_request(
         # Drop a quarter of what is left each round: few recounts even for long sessions.
         first += max(1, (len(pieces) - first) // 4)
         clips = CLIP_STEPS[-1:]
+
+
+def summarize_in_chunks(
+    summarizer: Summarizer,
+    previous: str | None,
+    folded: Sequence[Message],
+    *,
+    errors: Sequence[str],
+    files: FileActivity,
+    max_output_tokens: int,
+    limit: int,
+    count: Callable[[Request], int],
+) -> str:
+    """The summary of ``folded``, by as few calls to ``summarizer`` as its ``limit`` allows.
+
+    When all of ``folded`` fits one request (tool outputs clipped as `fit_summarizer_request`
+    clips them), that is the one call. Otherwise the oldest steps that fit one request (tool
+    outputs clipped hardest) are summarised first, and each part's summary is the previous
+    summary of the next call: a rolling summary in which no step is dropped unseen, where one
+    request used to drop the oldest steps (opencode#11450). After ``MAX_SUMMARY_CHUNKS`` calls,
+    or for a step too large for a request of its own, the last call shrinks as
+    `fit_summarizer_request` does. ``errors`` and ``files`` go with the last call.
+    """
+    pieces = steps(folded)
+    start = 0  # pieces[:start] are summarised into ``previous``
+    for _ in range(MAX_SUMMARY_CHUNKS - 1):
+        rest = folded[pieces[start].start :] if start < len(pieces) else ()
+        if _fits(previous, rest, errors, files, max_output_tokens, limit, count):
+            break
+        taken = _oldest_that_fit(previous, folded, pieces, start, max_output_tokens, limit, count)
+        if taken == 0:
+            break  # one step alone is too large: the last call clips or drops it
+        part = folded[pieces[start].start : pieces[start + taken - 1].stop]
+        request = summarizer_request(
+            previous,
+            part,
+            errors=(),
+            files=FileActivity(),
+            max_output_tokens=max_output_tokens,
+            clip_chars=CLIP_STEPS[-1],
+        )
+        text = summarizer.summarize(request)
+        if not text.strip():
+            raise CompactionError("the summarizer returned an empty summary")
+        previous, start = text, start + taken
+    rest = folded[pieces[start].start :] if start < len(pieces) else ()
+    request = fit_summarizer_request(
+        previous,
+        rest,
+        errors=errors,
+        files=files,
+        max_output_tokens=max_output_tokens,
+        limit=limit,
+        count=count,
+    )
+    return summarizer.summarize(request)
+
+
+def _fits(
+    previous: str | None,
+    folded: Sequence[Message],
+    errors: Sequence[str],
+    files: FileActivity,
+    max_output_tokens: int,
+    limit: int,
+    count: Callable[[Request], int],
+) -> bool:
+    """Whether one request holds all of ``folded`` (tool outputs clipped hardest)."""
+    request = summarizer_request(
+        previous,
+        folded,
+        errors=errors,
+        files=files,
+        max_output_tokens=max_output_tokens,
+        clip_chars=CLIP_STEPS[-1],
+    )
+    return count(request) <= limit - max_output_tokens
+
+
+def _oldest_that_fit(
+    previous: str | None,
+    folded: Sequence[Message],
+    pieces: Sequence[slice],
+    start: int,
+    max_output_tokens: int,
+    limit: int,
+    count: Callable[[Request], int],
+) -> int:
+    """How many of ``pieces[start:]`` (oldest first) one request holds, found by bisection
+    (a request grows with each step it holds); 0 when not even one."""
+    low, high = 0, len(pieces) - start
+    while low < high:
+        middle = (low + high + 1) // 2
+        part = folded[pieces[start].start : pieces[start + middle - 1].stop]
+        if _fits(previous, part, (), FileActivity(), max_output_tokens, limit, count):
+            low = middle
+        else:
+            high = middle - 1
+    return low
