@@ -35,6 +35,7 @@ from ctxbudget.messages.usage import Usage
 __all__ = [
     "ARCHIVE_FORMAT",
     "Archive",
+    "ArchiveInUseError",
     "ArchiveState",
     "load_archive",
     "text_digest",
@@ -47,6 +48,10 @@ _HEADER_PREFIX = b'{"type":"meta"'
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 """The longest record written or read: a reply is capped at 32 MiB (providers/limits.py), so a
 longer line is not one of ours and is never read whole."""
+
+
+class ArchiveInUseError(ArchiveError):
+    """Raised when another open ``Archive`` (in any process) holds the file's lock."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -270,7 +275,7 @@ class Archive:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             self._file.close()
-            raise ArchiveError(
+            raise ArchiveInUseError(
                 f"archive {self.path} is in use by another process; "
                 "stop it or pass another archive path"
             ) from None
