@@ -32,7 +32,9 @@ what its instance archived, and ``ctxbudget replay FOLDER`` reads them all. A fi
 by lock, not by a configured instance id: a restarted instance finds its files again and two
 instances never need telling apart. A request never fails because of its archive: when no file
 can be opened (every candidate busy, a folder not writable, a file that is not an archive) the
-conversation goes on unarchived, with a warning in the log.
+conversation goes on unarchived, with a warning in the log. Records are written as they come
+and fsynced once a request, before its state is saved (`Conversations.save`): a killed gateway
+loses none; a machine that stops loses at most the records of the requests then in flight.
 """
 
 from __future__ import annotations
@@ -285,7 +287,7 @@ class Conversations:
             )
             try:
                 _create_private(path)
-                return Archive(path)
+                return Archive(path, sync_each_record=False)  # fsynced once a request: `save`
             except ArchiveInUseError:
                 continue
             except CtxbudgetError as exc:  # not writable, not an archive: go on without one
@@ -327,8 +329,15 @@ class Conversations:
             conversation.updated = time.time()
 
     def save(self, conversation: Conversation) -> None:
-        """Save the conversation's state (blocking: call it from a worker thread); a state older
-        than a compaction another instance saved is not written over it."""
+        """Fsync the request's archive records, then save the conversation's state (blocking:
+        call it from a worker thread); a state older than a compaction another instance saved
+        is not written over it. The fsync comes first: the state lists the messages already
+        archived, which a resumed session does not append again."""
+        if conversation.archive is not None:
+            try:
+                conversation.archive.sync()
+            except ArchiveError as exc:  # the reply is the client's either way
+                log.warning("archive of %s: %s", conversation.id, one_line(str(exc)))
         conversation.session.save(self.store, conversation.key)
 
     def attach_usage(self, conversation: Conversation, messages: tuple[Message, ...]) -> Any:
