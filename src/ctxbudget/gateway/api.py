@@ -73,7 +73,10 @@ class ItemMemo:
 
     def read(self, item: Any, reader: Callable[[Any], tuple[Any, ...]]) -> tuple[Any, ...]:
         """``reader(item)``, or what it returned for an equal item before."""
-        key = orjson.dumps(item, option=orjson.OPT_SORT_KEYS)
+        try:
+            key = orjson.dumps(item, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:  # not from orjson.loads (an int past 64 bits): not kept
+            return reader(item)
         with self._lock:
             found = self._read.get(key)
             if found is not None:

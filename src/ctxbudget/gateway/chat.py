@@ -7,7 +7,7 @@ fields, and only compaction's new messages (the summary, placeholders) are rebui
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -54,10 +54,8 @@ class ChatCompletions:
         try:
             # Each item read once (remembered across requests: `ItemMemo`), with its path.
             read = {
-                id(item): self.memo.read(item, lambda m, i=i: (message_from_openai(m, i),))
-                for i, item in (
-                    (join("messages", index), item) for index, item in enumerate(messages)
-                )
+                id(item): self.memo.read(item, _reader(join("messages", index)))
+                for index, item in enumerate(messages)
             }
             translated = translate(messages, lambda item: read[id(item)], lead_system=True)
             # The other fields (system prompt, tools, limits, model) from the leading system
@@ -153,6 +151,11 @@ class ChatCompletions:
             if isinstance(message, Mapping) and isinstance(message.get("content"), str):
                 return str(message["content"])
         return ""
+
+
+def _reader(path: str) -> Callable[[Any], tuple[Message, ...]]:
+    """Reads one chat message, naming ``path`` in its errors."""
+    return lambda item: (message_from_openai(item, path),)
 
 
 def _rebuild(original: Any, group: list[Message]) -> dict[str, Any]:
