@@ -167,9 +167,13 @@ class Conversations:
 
     # -- finding ---------------------------------------------------------------------------------
 
-    async def find(self, api: str, parsed: Parsed) -> Conversation:
-        """The conversation ``parsed`` continues, else a new one."""
-        chain = item_chain(api, parsed.head, parsed.translated.items)
+    async def find(
+        self, api: str, parsed: Parsed, chain: list[bytes] | None = None
+    ) -> Conversation:
+        """The conversation ``parsed`` continues, else a new one (``chain``: its `item_chain`,
+        when the caller has it already)."""
+        if chain is None:
+            chain = item_chain(api, parsed.head, parsed.translated.items)
         with self._lock:
             for digest in reversed(chain):
                 found = self._by_endpoint.get(digest)
@@ -312,10 +316,18 @@ class Conversations:
 
     # -- after a request ---------------------------------------------------------------------------
 
-    def sent(self, conversation: Conversation, parsed: Parsed, api: str) -> None:
+    def sent(
+        self,
+        conversation: Conversation,
+        parsed: Parsed,
+        api: str,
+        chain: list[bytes] | None = None,
+    ) -> None:
         """``parsed`` was forwarded for ``conversation``: its list is the one a next request
-        continues, and the usage of its reply will attach to the reply that follows it."""
-        chain = item_chain(api, parsed.head, parsed.translated.items)
+        continues, and the usage of its reply will attach to the reply that follows it
+        (``chain``: its `item_chain`, when the caller has it already)."""
+        if chain is None:
+            chain = item_chain(api, parsed.head, parsed.translated.items)
         with self._lock:
             old = conversation.endpoint
             if old is not None and self._by_endpoint.get(old) is conversation:
