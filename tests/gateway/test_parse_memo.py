@@ -11,6 +11,7 @@ import pytest
 from ctxbudget.errors import InputError
 from ctxbudget.gateway.api import ItemMemo
 from ctxbudget.gateway.chat import ChatCompletions
+from ctxbudget.gateway.responses import ResponsesApi
 from ctxbudget.integrations._view import translate
 from ctxbudget.messages.openai import message_from_openai, request_from_openai
 
@@ -76,3 +77,20 @@ def test_the_memo_is_bounded_by_its_bytes() -> None:
     assert 0 < len(memo) <= 100 // len(b'{"content":"item 000"}')
     assert memo.read({"content": "item 049"}, lambda item: ("read again",)) == ("item 049",)
     assert memo.read({"content": "item 000"}, lambda item: ("read again",)) == ("read again",)
+
+
+def test_responses_items_are_read_once_and_read_the_same() -> None:
+    items = [
+        {"role": "developer", "content": "Use tools."},
+        {"role": "user", "content": [{"type": "input_text", "text": "List the files."}]},
+        {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "a.py b.py"},
+        {"type": "reasoning", "id": "r1", "summary": []},
+    ]
+    body = {"model": "m", "instructions": "Be brief.", "input": items}
+    responses = ResponsesApi()
+    first = responses.parse(body)
+    assert len(responses.memo) == len(items)
+    again = responses.parse({**body, "input": [dict(reversed(list(i.items()))) for i in items]})
+    assert again.request == first.request == ResponsesApi().parse(body).request
+    assert len(responses.memo) == len(items)

@@ -21,7 +21,7 @@ import orjson
 
 from ctxbudget.budget.usage import usage_from_openai_responses
 from ctxbudget.errors import CtxbudgetError, InputError
-from ctxbudget.gateway.api import ErrorKind, JsonBody, Parsed
+from ctxbudget.gateway.api import ErrorKind, ItemMemo, JsonBody, Parsed
 from ctxbudget.gateway.chat import CHAT
 from ctxbudget.integrations._responses import read_item, rebuild_item, tool_specs
 from ctxbudget.integrations._view import SOURCE_KEY, Translated, translate
@@ -60,6 +60,10 @@ class ResponsesApi:
     name = "responses"
     path = "/v1/responses"
 
+    def __init__(self) -> None:
+        self.memo = ItemMemo()
+        """The messages read from items seen before (a conversation's prefix)."""
+
     def parse(self, body: JsonBody) -> Parsed:
         """Read a Responses body: ``instructions`` and leading system/developer items are the
         system prompt, ``input`` the conversation (a string is one user message), ``tools``
@@ -84,7 +88,8 @@ class ResponsesApi:
             fail("instructions", f"expected a string, got {type_name(instructions)}")
         items = _input_items(obj.get("input"))
         try:
-            translated = translate(items, read_item)
+            # Items seen on an earlier request (the conversation so far) are not read again.
+            translated = translate(items, lambda item: self.memo.read(item, read_item))
             tools = tool_specs(_tools(obj))
         except CtxbudgetError as exc:
             raise InputError(str(exc)) from None
