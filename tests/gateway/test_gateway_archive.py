@@ -5,15 +5,18 @@ and every file reads back as an archive."""
 
 from __future__ import annotations
 
+import json
 import os
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
+from click.testing import CliRunner
 from starlette.testclient import TestClient
 from tests.gateway.recording_upstream import TOKENIZER, Upstream
 
+from ctxbudget.cli.main import cli
 from ctxbudget.compaction.archive import Archive, load_archive
 from ctxbudget.gateway.app import create_app
 from ctxbudget.gateway.config import GatewayConfig
@@ -50,6 +53,15 @@ def test_two_instances_on_one_archive_folder_answer_every_request(tmp_path: Path
     # Between them the two files hold every message the client sent.
     contents = {m.text for state in histories for m in state.history}
     assert {f"Question {turn}?" for turn in range(6)} <= contents
+    # `ctxbudget replay FOLDER` reads both files, each a session of its own.
+    result = CliRunner().invoke(
+        cli,
+        ["replay", str(tmp_path / "archives"), "--window", "8192", "--workers", "1", "--json"],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    sessions = json.loads(result.stdout)["sessions"]
+    assert len(sessions) == 2
 
 
 def test_a_request_fsyncs_its_archive_once(tmp_path: Path, monkeypatch: Any) -> None:
