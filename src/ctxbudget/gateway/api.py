@@ -65,7 +65,7 @@ class ItemMemo:
     shared read-only, and a key is the item's whole value, not a digest of it (no collision).
     An item that fails to read is not remembered (it raises again, with its own path)."""
 
-    def __init__(self, max_bytes: int = 64 * 2**20) -> None:
+    def __init__(self, max_bytes: int = 32 * 2**20) -> None:
         self.max_bytes = max_bytes
         self._read: OrderedDict[bytes, tuple[Any, ...]] = OrderedDict()
         self._bytes = 0
