@@ -364,6 +364,9 @@ class BudgetSession:
         are, before any digest is taken."""
         self._owed: Trigger | None = None
         """A compaction a silent truncation showed is needed, made by the next `prepare`."""
+        self._observed: tuple[Message, ...] = ()
+        """The list `observe` last went through: a list that starts with it (an agent resending
+        its whole conversation) is digested from where it differs only."""
         self._compacting = threading.RLock()
         self._state = threading.RLock()
 
@@ -850,12 +853,21 @@ class BudgetSession:
         if self.archive is None:
             return
         with self._state:
-            for message in messages:
+            # Safe to skip: each message of the last list was archived then or found archived
+            # (`_archived` only grows, `apply` clears `_observed`), and an equal message has
+            # the same digest. Equality is cheap here (shared field objects compare by identity)
+            # where the digest serialises the whole message.
+            seen = self._observed
+            start = 0
+            while start < min(len(seen), len(messages)) and messages[start] == seen[start]:
+                start += 1
+            for message in messages[start:]:
                 clean = without_adapter_meta(message)
                 key = _digest(clean)
                 if key not in self._archived and not clean.is_summary:
                     self._archived.add(key)
                     self.archive.append_message(clean)
+            self._observed = tuple(messages)
 
     def _emit(self, kind: str, **data: Any) -> None:
         if self.on_event is not None:
@@ -906,6 +918,7 @@ class BudgetSession:
             self._owed = state.owed
             self._prefix, self._replaced = state.prefix, ()
             self._archived = set(state.archived)
+            self._observed = ()
 
     def save(self, store: SessionStore, key: str) -> bool:
         """Keep this session's state in ``store`` under ``key``; True when saved. Not in the

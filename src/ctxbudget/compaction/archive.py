@@ -1,7 +1,13 @@
 """The session archive: an append-only JSONL file of every message, usage report and compaction.
 
-Each record is flushed and fsynced before ``append_*`` returns, and an open ``Archive`` holds an
-exclusive lock, so two processes never interleave lines. ``load_archive`` rebuilds the session.
+Each record is written to the file (one unbuffered write) before ``append_*`` returns, and by
+default fsynced too; an ``Archive(path, sync_each_record=False)`` (the gateway's) leaves the fsync
+to an explicit ``sync()`` (the gateway calls it once per request, before it saves the
+conversation's state) and to ``close()``. Either way a killed process loses nothing already
+appended (the kernel holds the write); what the deferred mode gives up is only the records
+appended since the last ``sync()`` when the machine itself stops (power loss, kernel crash).
+An open ``Archive`` holds an exclusive lock, so two processes never interleave lines.
+``load_archive`` rebuilds the session.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from ctxbudget.messages.usage import Usage
 __all__ = [
     "ARCHIVE_FORMAT",
     "Archive",
+    "ArchiveInUseError",
     "ArchiveState",
     "load_archive",
     "text_digest",
@@ -47,6 +54,10 @@ _HEADER_PREFIX = b'{"type":"meta"'
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 """The longest record written or read: a reply is capped at 32 MiB (providers/limits.py), so a
 longer line is not one of ours and is never read whole."""
+
+
+class ArchiveInUseError(ArchiveError):
+    """Raised when another open ``Archive`` (in any process) holds the file's lock."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -254,15 +265,19 @@ def load_archive(path: str | os.PathLike[str]) -> ArchiveState:
 
 
 class Archive:
-    """An open session archive: appends records, each flushed and fsynced; holds a lock.
+    """An open session archive: appends records, each written and (by default) fsynced; holds
+    a lock.
 
     Use as a context manager or call ``close()``. Opening an existing archive resumes it:
     ``resumed`` is its state at open. A second open of the same file, by any process, raises
     ArchiveError while this one is open.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, sync_each_record: bool = True) -> None:
         self.path = Path(path)
+        self.sync_each_record = sync_each_record
+        """False: records are fsynced by ``sync()`` and ``close()`` only (see the module doc)."""
+        self._unsynced = False
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
         # Unbuffered: a failed write leaves nothing for close() to fail on a second time.
         self._file: BinaryIO = os.fdopen(open_regular(self.path, flags), "ab", buffering=0)
@@ -270,7 +285,7 @@ class Archive:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             self._file.close()
-            raise ArchiveError(
+            raise ArchiveInUseError(
                 f"archive {self.path} is in use by another process; "
                 "stop it or pass another archive path"
             ) from None
@@ -311,7 +326,10 @@ class Archive:
             )
         try:
             _write_all(self._file, payload)
-            os.fsync(self._file.fileno())
+            if self.sync_each_record:
+                os.fsync(self._file.fileno())
+            else:
+                self._unsynced = True
         except OSError as exc:
             raise ArchiveError(
                 f"cannot append to archive {self.path}: {exc.strerror or exc}"
@@ -369,12 +387,28 @@ class Archive:
         check_no_secrets(meta)
         return self._write({"type": "meta", "meta": dict(meta)})
 
+    def sync(self) -> None:
+        """Fsync the records appended since the last fsync (none: nothing to do)."""
+        if self._file.closed or not self._unsynced:
+            return
+        self._unsynced = False  # before: a record appended during the fsync marks it again
+        try:
+            os.fsync(self._file.fileno())
+        except OSError as exc:
+            self._unsynced = True
+            raise ArchiveError(f"cannot sync archive {self.path}: {exc.strerror or exc}") from None
+
     def close(self) -> None:
-        """Release the lock and close the file (idempotent); a failure names the archive."""
+        """Fsync what is not yet, release the lock and close the file (idempotent); a failure
+        names the archive."""
         if self._file.closed:
             return
         try:
-            self._file.close()
+            try:
+                if self._unsynced:
+                    os.fsync(self._file.fileno())
+            finally:
+                self._file.close()
         except OSError as exc:
             raise ArchiveError(f"cannot close archive {self.path}: {exc.strerror or exc}") from None
 

@@ -23,15 +23,27 @@ Contract for implementations (stable: the Responses and Messages modules build o
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import orjson
 
 from ctxbudget.integrations._view import Translated
 from ctxbudget.messages.model import Request
 from ctxbudget.messages.usage import Usage
 
-__all__ = ["ErrorKind", "JsonBody", "Parsed", "WireApi", "first_text", "merge_usage"]
+__all__ = [
+    "ErrorKind",
+    "ItemMemo",
+    "JsonBody",
+    "Parsed",
+    "WireApi",
+    "first_text",
+    "merge_usage",
+]
 
 JsonBody = dict[str, Any]
 """A request or reply body as read from JSON."""
@@ -41,6 +53,51 @@ ErrorKind = str
 ``"invalid_request"`` (bad input, 400), ``"authentication"`` (401), ``"not_found"`` (404),
 ``"too_large"`` (413), ``"context_length_exceeded"`` (the floor, an overflow that survived
 compaction), ``"upstream"`` (the upstream failed: 502), ``"timeout"`` (504)."""
+
+
+class ItemMemo:
+    """The messages each wire item was read as, by the item's canonical JSON (sorted keys),
+    least recently used dropped past ``max_bytes`` of keys: an agent resends its whole
+    conversation every step, so all but its newest items were read on an earlier request.
+
+    Safe because reading an item is a pure function of its JSON value (the readers look fields
+    up by name, so key order cannot change what they make), the messages are frozen values
+    shared read-only, and a key is the item's whole value, not a digest of it (no collision).
+    An item that fails to read is not remembered (it raises again, with its own path)."""
+
+    def __init__(self, max_bytes: int = 32 * 2**20) -> None:
+        self.max_bytes = max_bytes
+        self._read: OrderedDict[bytes, tuple[Any, ...]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()  # parse runs on the event loop and in worker threads
+
+    def read(self, item: Any, reader: Callable[[Any], tuple[Any, ...]]) -> tuple[Any, ...]:
+        """``reader(item)``, or what it returned for an equal item before."""
+        try:
+            key = orjson.dumps(item, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:  # not from orjson.loads (an int past 64 bits): not kept
+            return reader(item)
+        with self._lock:
+            found = self._read.get(key)
+            if found is not None:
+                self._read.move_to_end(key)
+                return found
+        value = reader(item)
+        if len(key) > self.max_bytes:
+            return value
+        with self._lock:
+            if key not in self._read:
+                self._read[key] = value
+                self._bytes += len(key)
+            while self._bytes > self.max_bytes:
+                old, _ = self._read.popitem(last=False)
+                self._bytes -= len(old)
+        return value
+
+    def __len__(self) -> int:
+        """Items remembered now."""
+        with self._lock:
+            return len(self._read)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

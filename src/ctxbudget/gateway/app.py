@@ -52,7 +52,7 @@ from ctxbudget.errors import (
 from ctxbudget.gateway.api import JsonBody, Parsed, WireApi, merge_usage
 from ctxbudget.gateway.chat import CHAT
 from ctxbudget.gateway.config import GatewayConfig
-from ctxbudget.gateway.conversations import Conversation, Conversations
+from ctxbudget.gateway.conversations import Conversation, Conversations, item_chain
 from ctxbudget.gateway.discover import discover_window
 from ctxbudget.gateway.lifecycle import Health, mount_ops, ops_routes
 from ctxbudget.gateway.logs import RequestLog, log_request
@@ -195,8 +195,11 @@ class Gateway:
                 timer.done("passthrough", passed.status_code)
                 return passed
             conversations = await self.conversations()
-            conversation = await conversations.find(api.name, parsed)
-            return await self._run(http, api, raw, body, parsed, conversations, conversation, timer)
+            chain = item_chain(api.name, parsed.head, parsed.translated.items)  # once a request
+            conversation = await conversations.find(api.name, parsed, chain)
+            return await self._run(
+                http, api, raw, body, parsed, conversations, conversation, timer, chain
+            )
         except _Refused as exc:
             timer.done("client_error", exc.status)
             return _error(api, exc.status, exc.kind, str(exc))
@@ -227,6 +230,7 @@ class Gateway:
         conversations: Conversations,
         conversation: Conversation,
         timer: _Tracked,
+        chain: list[bytes],
     ) -> Response:
         session = conversation.session
         timer.conversation, timer.window = conversation.id, session.window
@@ -254,7 +258,7 @@ class Gateway:
         result = await session.arun(
             request, send, summarizer=summarizer, reply=read_reply, new_turn=True
         )
-        conversations.sent(conversation, parsed, api.name)
+        conversations.sent(conversation, parsed, api.name, chain)
         conversation.last_tokens = result.tokens
         out_headers = {
             **dict(result.headers),

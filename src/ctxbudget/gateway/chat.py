@@ -7,15 +7,16 @@ fields, and only compaction's new messages (the summary, placeholders) are rebui
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
 
 from ctxbudget.budget.usage import usage_from_openai
 from ctxbudget.errors import CtxbudgetError, InputError, MessageFormatError
-from ctxbudget.gateway.api import ErrorKind, JsonBody, Parsed
+from ctxbudget.gateway.api import ErrorKind, ItemMemo, JsonBody, Parsed
 from ctxbudget.integrations._view import translate
+from ctxbudget.messages._checks import join
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.messages.openai import message_from_openai, message_to_openai, request_from_openai
 from ctxbudget.messages.usage import Usage
@@ -40,6 +41,10 @@ class ChatCompletions:
     name = "chat"
     path = "/v1/chat/completions"
 
+    def __init__(self) -> None:
+        self.memo = ItemMemo()
+        """The messages read from items seen before (a conversation's prefix)."""
+
     def parse(self, body: JsonBody) -> Parsed:
         """Read a chat-completions body; ``n`` > 1 is passed through (the budget counts one
         reply, a request for several is the client's own choice of cost)."""
@@ -47,10 +52,16 @@ class ChatCompletions:
         if not isinstance(messages, list):
             raise MessageFormatError("messages", "expected a list of messages")
         try:
-            request = request_from_openai(body)
-            translated = translate(
-                messages, lambda item: (message_from_openai(item),), lead_system=True
-            )
+            # Each item read once (remembered across requests: `ItemMemo`), with its path.
+            read = {
+                id(item): self.memo.read(item, _reader(join("messages", index)))
+                for index, item in enumerate(messages)
+            }
+            translated = translate(messages, lambda item: read[id(item)], lead_system=True)
+            # The other fields (system prompt, tools, limits, model) from the leading system
+            # items alone: the messages are read above (`translate`'s lead is the same count of
+            # leading system messages `request_from_openai` takes as the system prompt).
+            request = request_from_openai({**body, "messages": messages[: translated.lead]})
         except CtxbudgetError as exc:
             raise InputError(str(exc)) from None
         n = body.get("n")
@@ -140,6 +151,11 @@ class ChatCompletions:
             if isinstance(message, Mapping) and isinstance(message.get("content"), str):
                 return str(message["content"])
         return ""
+
+
+def _reader(path: str) -> Callable[[Any], tuple[Message, ...]]:
+    """Reads one chat message, naming ``path`` in its errors."""
+    return lambda item: (message_from_openai(item, path),)
 
 
 def _rebuild(original: Any, group: list[Message]) -> dict[str, Any]:

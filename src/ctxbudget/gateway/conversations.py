@@ -24,13 +24,24 @@ The compacted view itself, the decision to compact and the retry are the session
 contract `guard_openai` has (`BudgetSession.prepare` replaces the prefix by its view).
 
 Each conversation's archive (the existing format, append-only, created 0600) is
-``archives/API-ID.jsonl`` next to the state file; ``ctxbudget replay`` reads it.
+``archives/API-ID.jsonl`` next to the state file; ``ctxbudget replay`` reads it. An archive has
+one writer (it holds the file's lock while open), so when another instance on this machine has
+that file open (two instances sharing one archive folder), this one writes the conversation's
+records to the first free ``API-ID.wN.jsonl`` (N = 2, 3, ...): each file is a whole archive of
+what its instance archived, and ``ctxbudget replay FOLDER`` reads them all. A file name taken
+by lock, not by a configured instance id: a restarted instance finds its files again and two
+instances never need telling apart. A request never fails because of its archive: when no file
+can be opened (every candidate busy, a folder not writable, a file that is not an archive) the
+conversation goes on unarchived, with a warning in the log. Records are written as they come
+and fsynced once a request, before its state is saved (`Conversations.save`): a killed gateway
+loses none; a machine that stops loses at most the records of the requests then in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -50,15 +61,21 @@ from ctxbudget.agent.budget_session import (
     prefix_digest,
 )
 from ctxbudget.budget.context import RequestCounterLike
-from ctxbudget.compaction.archive import Archive
+from ctxbudget.budget.floor import one_line
+from ctxbudget.compaction.archive import Archive, ArchiveInUseError
 from ctxbudget.compaction.archive_file import open_regular
-from ctxbudget.errors import ArchiveError
+from ctxbudget.errors import ArchiveError, CtxbudgetError
 from ctxbudget.gateway.api import Parsed
 from ctxbudget.gateway.config import GatewayConfig
 from ctxbudget.integrations._view import UsageMemory
 from ctxbudget.messages.model import Message, Request
 
 __all__ = ["MAX_STORE_LOOKUPS", "Conversation", "Conversations", "item_chain"]
+
+log = logging.getLogger("ctxbudget.gateway")
+
+MAX_ARCHIVE_WRITERS = 16
+"""The most archive files of one conversation (one per instance that has it open at once)."""
 
 MAX_STORE_LOOKUPS = 4096
 """The most prefixes of one request looked up in the store (longest first): a conversation
@@ -150,9 +167,13 @@ class Conversations:
 
     # -- finding ---------------------------------------------------------------------------------
 
-    async def find(self, api: str, parsed: Parsed) -> Conversation:
-        """The conversation ``parsed`` continues, else a new one."""
-        chain = item_chain(api, parsed.head, parsed.translated.items)
+    async def find(
+        self, api: str, parsed: Parsed, chain: list[bytes] | None = None
+    ) -> Conversation:
+        """The conversation ``parsed`` continues, else a new one (``chain``: its `item_chain`,
+        when the caller has it already)."""
+        if chain is None:
+            chain = item_chain(api, parsed.head, parsed.translated.items)
         with self._lock:
             for digest in reversed(chain):
                 found = self._by_endpoint.get(digest)
@@ -261,10 +282,27 @@ class Conversations:
             key=key,
         )
 
-    def _archive(self, name: str) -> Archive:
-        path = self.archive_dir / f"{name}.jsonl"
-        _create_private(path)
-        return Archive(path)
+    def _archive(self, name: str) -> Archive | None:
+        """The conversation's archive: ``NAME.jsonl``, else (another instance has that open)
+        the first free ``NAME.wN.jsonl``; None, with a warning, when none can be opened."""
+        for writer in range(1, MAX_ARCHIVE_WRITERS + 1):
+            path = self.archive_dir / (
+                f"{name}.jsonl" if writer == 1 else f"{name}.w{writer}.jsonl"
+            )
+            try:
+                _create_private(path)
+                return Archive(path, sync_each_record=False)  # fsynced once a request: `save`
+            except ArchiveInUseError:
+                continue
+            except CtxbudgetError as exc:  # not writable, not an archive: go on without one
+                log.warning("conversation %s is not archived: %s", name, one_line(str(exc)))
+                return None
+        log.warning(
+            "conversation %s is not archived: its %d archive files are all in use",
+            name,
+            MAX_ARCHIVE_WRITERS,
+        )
+        return None
 
     def _evict(self) -> None:
         """Keep at most ``max_live_conversations`` in memory (called with the lock held); the
@@ -278,10 +316,18 @@ class Conversations:
 
     # -- after a request ---------------------------------------------------------------------------
 
-    def sent(self, conversation: Conversation, parsed: Parsed, api: str) -> None:
+    def sent(
+        self,
+        conversation: Conversation,
+        parsed: Parsed,
+        api: str,
+        chain: list[bytes] | None = None,
+    ) -> None:
         """``parsed`` was forwarded for ``conversation``: its list is the one a next request
-        continues, and the usage of its reply will attach to the reply that follows it."""
-        chain = item_chain(api, parsed.head, parsed.translated.items)
+        continues, and the usage of its reply will attach to the reply that follows it
+        (``chain``: its `item_chain`, when the caller has it already)."""
+        if chain is None:
+            chain = item_chain(api, parsed.head, parsed.translated.items)
         with self._lock:
             old = conversation.endpoint
             if old is not None and self._by_endpoint.get(old) is conversation:
@@ -295,8 +341,15 @@ class Conversations:
             conversation.updated = time.time()
 
     def save(self, conversation: Conversation) -> None:
-        """Save the conversation's state (blocking: call it from a worker thread); a state older
-        than a compaction another instance saved is not written over it."""
+        """Fsync the request's archive records, then save the conversation's state (blocking:
+        call it from a worker thread); a state older than a compaction another instance saved
+        is not written over it. The fsync comes first: the state lists the messages already
+        archived, which a resumed session does not append again."""
+        if conversation.archive is not None:
+            try:
+                conversation.archive.sync()
+            except ArchiveError as exc:  # the reply is the client's either way
+                log.warning("archive of %s: %s", conversation.id, one_line(str(exc)))
         conversation.session.save(self.store, conversation.key)
 
     def attach_usage(self, conversation: Conversation, messages: tuple[Message, ...]) -> Any:

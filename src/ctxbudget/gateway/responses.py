@@ -25,7 +25,7 @@ import orjson
 
 from ctxbudget.budget.usage import usage_from_openai_responses
 from ctxbudget.errors import CtxbudgetError, InputError
-from ctxbudget.gateway.api import ErrorKind, JsonBody, Parsed
+from ctxbudget.gateway.api import ErrorKind, ItemMemo, JsonBody, Parsed
 from ctxbudget.gateway.chat import CHAT
 from ctxbudget.integrations._responses import (
     Turn,
@@ -70,6 +70,10 @@ class ResponsesApi:
     name = "responses"
     path = "/v1/responses"
 
+    def __init__(self) -> None:
+        self.memo = ItemMemo()
+        """The messages read from items seen before (a conversation's prefix)."""
+
     def parse(self, body: JsonBody) -> Parsed:
         """Read a Responses body: ``instructions`` and leading system/developer items are the
         system prompt, ``input`` the conversation (a string is one user message), ``tools``
@@ -94,7 +98,9 @@ class ResponsesApi:
             fail("instructions", f"expected a string, got {type_name(instructions)}")
         items = _input_items(obj.get("input"))
         try:
-            translated = translate(turns(items), read_turn)
+            # Turns seen on an earlier request (the conversation so far) are not read again
+            # (a turn is a tuple of items: its key is their JSON array).
+            translated = translate(turns(items), lambda turn: self.memo.read(turn, read_turn))
             tools = tool_specs(_tools(obj))
         except CtxbudgetError as exc:
             raise InputError(str(exc)) from None
