@@ -117,6 +117,23 @@ def test_claude_code_finishes_when_the_server_is_smaller_than_it_says(
     _assert_finished(run, up, rec, gw)
 
 
+def test_codex_finishes_when_the_server_is_smaller_than_it_says(
+    task_dir: Path, tmp_path: Path
+) -> None:
+    # As above through Responses, where the refusal is OpenAI's context_length_exceeded with no
+    # limit in it: the gateway adopts the refused request's size plus the reply room and
+    # compacts below it (it used to resend the same request: refused twice, Codex exit 1).
+    window = WINDOW["codex"]
+    with (
+        scripted(window, task_dir, advertised=2 * window) as up,
+        serve(f"{up.url}/v1", tmp_path) as gw,
+        Recorder(gw.url) as rec,
+    ):
+        run = run_codex(f"{rec.url}/v1", tmp_path)
+    assert up.rejected(), run.describe()
+    _assert_finished(run, up, rec, gw)
+
+
 def test_claude_code_whose_floor_exceeds_the_window_gets_anthropics_error(
     task_dir: Path, tmp_path: Path
 ) -> None:
