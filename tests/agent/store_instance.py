@@ -32,7 +32,10 @@ def say(obj: dict[str, Any]) -> None:
 
 
 class NamedSummarizer:
-    """Writes summaries that say which instance wrote them and its call number."""
+    """Writes summaries that say which instance wrote them and its call number. Its window
+    holds any fold, so one compaction is one call."""
+
+    window = 131_072
 
     def __init__(self, name: str, delay: float) -> None:
         self.name, self.delay, self.calls = name, delay, 0
