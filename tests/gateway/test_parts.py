@@ -126,3 +126,16 @@ def test_chat_forward_body_keeps_unchanged_items_verbatim() -> None:
     assert out["messages"] == [body["messages"][0], *body["messages"][3:]]
     assert out["temperature"] == 0.2 and out["max_tokens"] == 64
     assert body["messages"][1]["x_vendor"] == {"keep": True}  # the client's body is unchanged
+
+
+def test_a_bare_server_address_means_its_v1_api() -> None:
+    # `--upstream http://127.0.0.1:8080` forwarded /v1/chat/completions to /chat/completions.
+    from ctxbudget.gateway.config import GatewayConfig
+    from ctxbudget.gateway.upstream import Upstream
+
+    for given in ("http://127.0.0.1:8080", "http://127.0.0.1:8080/"):
+        upstream = Upstream(GatewayConfig(upstream=given, window=4096))
+        assert upstream.url("/v1/chat/completions") == "http://127.0.0.1:8080/v1/chat/completions"
+        assert upstream.url("/props") == "http://127.0.0.1:8080/props"
+    custom = Upstream(GatewayConfig(upstream="http://h:1/openai/v1", window=4096))
+    assert custom.url("/v1/responses") == "http://h:1/openai/v1/responses"

@@ -143,16 +143,21 @@ def passed_headers(headers: Iterable[tuple[str, str]]) -> tuple[tuple[str, str],
 
 
 class Upstream:
-    """The upstream at ``config.upstream`` (its base URL, ``/v1`` included), or any httpx
-    ``transport`` (the embedded mock model's ASGI app, a test's)."""
+    """The upstream at ``config.upstream`` (its base URL, ``/v1`` included; a bare address gets
+    ``/v1``), or any httpx ``transport`` (the embedded mock model's ASGI app, a test's)."""
 
     def __init__(
         self, config: GatewayConfig, transport: httpx.AsyncBaseTransport | None = None
     ) -> None:
         self.config = config
         base = "http://mock/v1" if config.is_mock else config.upstream.rstrip("/")
-        self.base_url = base
         parts = urlsplit(base)
+        if not parts.path:
+            # A server's address alone (http://127.0.0.1:8080): its OpenAI API is under /v1
+            # on llama.cpp, vLLM, Ollama, LM Studio and the cloud APIs alike.
+            base += "/v1"
+            parts = urlsplit(base)
+        self.base_url = base
         self.origin = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
         self._base_path = parts.path.rstrip("/")
         seconds = config.read_timeout
