@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -84,3 +85,10 @@ def require_browser() -> tuple[str, str]:
     if os.environ.get("CTXBUDGET_REQUIRE_BROWSER") == "1":
         pytest.fail(f"{reason}; CTXBUDGET_REQUIRE_BROWSER=1 makes this a failure")
     pytest.skip(reason)
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now (the socket that found it is closed again)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

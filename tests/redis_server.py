@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from tests.conftest import free_port
 
 INSTALL = "apt-get install -y redis-server"
 START_TIMEOUT_S = 10.0
@@ -24,13 +25,6 @@ def redis_server_binary() -> str:
     if found is None:
         pytest.fail(f"redis-server is not installed ({INSTALL}); make test-redis needs it")
     return found
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on now (``redis-server --port 0`` would mean no TCP)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextmanager

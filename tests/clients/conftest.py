@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.conftest import free_port
 from tests.gateway.scripted_http_upstream import ScriptedUpstream, write_task_files
 
 STEPS = 30
@@ -58,12 +58,6 @@ def upstream_for(task_dir: Path) -> Iterator[dict[str, ScriptedUpstream]]:
         up.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class Gateway:
     """A running ``ctxbudget serve`` subprocess: its base URL and its log."""
@@ -84,7 +78,7 @@ def serve(upstream: str, tmp: Path, *extra: str) -> Iterator[Gateway]:
 
     The window is not given: the gateway discovers it from the upstream (``/props``).
     """
-    port = _free_port()
+    port = free_port()
     log = tmp / f"gateway-{port}.log"
     argv = [
         sys.executable,

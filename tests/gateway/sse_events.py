@@ -3,11 +3,12 @@ and partial usage reports merged as the gateway merges them (`WireApi.stream_usa
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 from collections.abc import Iterable
 
 from tests.conftest import data_file
 
+from ctxbudget.gateway.api import merge_usage
 from ctxbudget.gateway.sse import SseParser
 from ctxbudget.messages.usage import Usage
 
@@ -23,19 +24,5 @@ def sse_events(name: str) -> list[tuple[str | None, str]]:
 
 
 def merged(parts: Iterable[Usage | None]) -> Usage | None:
-    """The partial reports of one stream as one: each later non-zero count wins (the
-    contract `WireApi.stream_usage` states)."""
-    total: Usage | None = None
-    for part in parts:
-        if part is None:
-            continue
-        if total is None:
-            total = part
-            continue
-        changes = {
-            f.name: getattr(part, f.name)
-            for f in dataclasses.fields(Usage)
-            if getattr(part, f.name) not in (0, None)
-        }
-        total = dataclasses.replace(total, **changes)
-    return total
+    """The partial reports of one stream as one, as the gateway merges them (`merge_usage`)."""
+    return functools.reduce(merge_usage, parts, None)

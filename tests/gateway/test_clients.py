@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port
 from tests.gateway.helpers import config, long_text, loopback, scripted, user
 
 from ctxbudget.gateway.app import create_app
@@ -83,12 +82,6 @@ def test_the_openai_sdk_async(tmp_path: Path) -> None:
     ] * 6
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _serve(state: Path, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     command = [sys.executable, "-m", "ctxbudget.cli.main", "serve", "--upstream", "mock"]
@@ -109,7 +102,7 @@ def _serve(state: Path, port: int) -> subprocess.Popen[bytes]:
 @pytest.mark.reliability
 def test_kill_9_mid_conversation_then_restart_reuses_the_compaction(tmp_path: Path) -> None:
     state = tmp_path / "state.sqlite3"
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     process = _serve(state, port)
     messages: list[Any] = [{"role": "system", "content": "Be brief."}]

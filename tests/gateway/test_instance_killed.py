@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port
 from tests.gateway.helpers import long_text, user
 from tests.redis_server import running_redis
 
@@ -89,17 +88,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def _serve(
     upstream: str, state: str, folder: Path
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "ctxbudget.cli.main", "serve", "--upstream", upstream]
     command += ["--window", str(WINDOW), "--tokenizer", "qwen3", "--state", state]
     command += ["--port", str(port)]

@@ -6,31 +6,24 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port
 
 COMMAND = [sys.executable, "-m", "ctxbudget.cli.main", "serve", "--upstream", "mock"]
 ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])  # closed again on leaving: nothing listens there
-
-
 def test_a_redis_state_url_is_a_store_not_a_file_name(tmp_path: Path) -> None:
     # --state was a path: "redis://127.0.0.1:P/0" became the SQLite file "redis:/127.0.0.1:P/0"
     # and the gateway started on it. Now it is the Redis store, and an unreachable one is one line.
-    state = f"redis://127.0.0.1:{_closed_port()}/0"
+    state = f"redis://127.0.0.1:{free_port()}/0"
     done = subprocess.run(
-        [*COMMAND, "--state", state, "--port", str(_closed_port())],
+        [*COMMAND, "--state", state, "--port", str(free_port())],
         env=ENV,
         capture_output=True,
         text=True,
@@ -46,7 +39,7 @@ def test_a_redis_state_url_is_a_store_not_a_file_name(tmp_path: Path) -> None:
 def test_json_logs_are_json_from_the_first_line_and_sigterm_ends_the_server(
     tmp_path: Path,
 ) -> None:
-    port = _closed_port()
+    port = free_port()
     command = [*COMMAND, "--port", str(port), "--state", str(tmp_path / "state.sqlite3")]
     process = subprocess.Popen(
         [*command, "--log-format", "json"], env=ENV, stderr=subprocess.PIPE, text=True

@@ -42,6 +42,7 @@ __all__ = [
     "Parsed",
     "WireApi",
     "first_text",
+    "json_object",
     "merge_usage",
 ]
 
@@ -201,6 +202,16 @@ def first_text(value: Mapping[str, Any] | None, *keys: str) -> str | None:
         else:
             return None
     return current if isinstance(current, str) else None
+
+
+def json_object(data: str | bytes) -> dict[str, Any] | None:
+    """``data`` parsed when it is a JSON object, else None (not JSON, or another value): what
+    the gateway reads of a reply or a streamed event it does not have to understand."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def merge_usage(total: Usage | None, part: Usage | None) -> Usage | None:

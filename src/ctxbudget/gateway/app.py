@@ -49,7 +49,7 @@ from ctxbudget.errors import (
     InputError,
     PromptFloorExceeded,
 )
-from ctxbudget.gateway.api import JsonBody, Parsed, WireApi, merge_usage
+from ctxbudget.gateway.api import JsonBody, Parsed, WireApi, json_object, merge_usage
 from ctxbudget.gateway.chat import CHAT
 from ctxbudget.gateway.config import GatewayConfig
 from ctxbudget.gateway.conversations import Conversation, Conversations, item_chain
@@ -368,17 +368,13 @@ class Gateway:
         finally:
             await reply.aclose()
             timer.end_upstream()
-        try:
-            value = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            value = None
         return _Forwarded(
             sent,
             tokens,
             reply.status,
             reply.headers,
             body=data,
-            json=value if isinstance(value, dict) else None,
+            json=json_object(data),
             clamped=clamped,
         )
 

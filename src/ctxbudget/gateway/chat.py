@@ -10,11 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import orjson
-
 from ctxbudget.budget.usage import usage_from_openai
 from ctxbudget.errors import CtxbudgetError, InputError, MessageFormatError
-from ctxbudget.gateway.api import ErrorKind, ItemMemo, JsonBody, Parsed
+from ctxbudget.gateway.api import ErrorKind, ItemMemo, JsonBody, Parsed, json_object
 from ctxbudget.integrations._view import translate
 from ctxbudget.messages._checks import join
 from ctxbudget.messages.model import Message, Request
@@ -103,14 +101,14 @@ class ChatCompletions:
         """The ``usage`` of a chunk (the last one, with ``include_usage``)."""
         if '"usage"' not in data:  # most chunks: skip the JSON parse
             return None
-        chunk = _loads(data)
+        chunk = json_object(data)
         return None if chunk is None else _usage(chunk.get("usage"))
 
     def stream_stop_reason(self, event: str | None, data: str) -> str | None:
         """A chunk's ``finish_reason``, when it has one."""
         if '"finish_reason"' not in data:
             return None
-        chunk = _loads(data)
+        chunk = json_object(data)
         return None if chunk is None else _finish_reason(chunk)
 
     def prepare_stream(self, body: JsonBody) -> tuple[JsonBody, bool]:
@@ -125,7 +123,7 @@ class ChatCompletions:
         """The usage-only chunk: ``usage`` set and no choices."""
         if '"usage"' not in data:
             return False
-        chunk = _loads(data)
+        chunk = json_object(data)
         return chunk is not None and not chunk.get("choices") and chunk.get("usage") is not None
 
     def error(self, status: int, kind: ErrorKind, message: str) -> tuple[int, JsonBody]:
@@ -178,14 +176,6 @@ def _finish_reason(reply: Mapping[str, Any]) -> str | None:
         reason = choices[0].get("finish_reason")
         return reason if isinstance(reason, str) else None
     return None
-
-
-def _loads(data: str) -> dict[str, Any] | None:
-    try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 CHAT = ChatCompletions()

@@ -22,12 +22,10 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from ctxbudget.agent.budget_session import ADAPTER_META_PREFIX
 from ctxbudget.budget.usage import usage_from_anthropic
 from ctxbudget.errors import CtxbudgetError, InputError
-from ctxbudget.gateway.api import ErrorKind, JsonBody, Parsed
+from ctxbudget.gateway.api import ErrorKind, JsonBody, Parsed, json_object
 from ctxbudget.integrations._view import SOURCE_KEY, Translated, translate
 from ctxbudget.messages._checks import as_list, as_object
 from ctxbudget.messages.anthropic import anthropic_message_groups, request_from_anthropic
@@ -148,7 +146,7 @@ class MessagesApi:
         kind = _event_kind(event, data, ("message_start", "message_delta"))
         if kind is None:
             return None
-        value = _loads(data)
+        value = json_object(data)
         if value is None:
             return None
         if kind == "message_start":
@@ -166,7 +164,7 @@ class MessagesApi:
         """``message_delta``'s ``stop_reason``."""
         if _event_kind(event, data, ("message_delta",)) is None:
             return None
-        value = _loads(data)
+        value = json_object(data)
         delta = value.get("delta") if value is not None else None
         return _stop_reason(delta.get("stop_reason")) if isinstance(delta, Mapping) else None
 
@@ -429,14 +427,6 @@ def _event_kind(event: str | None, data: str, kinds: Sequence[str]) -> str | Non
     if event is not None:
         return event if event in kinds else None
     return next((k for k in kinds if f'"{k}"' in data), None)
-
-
-def _loads(data: str) -> dict[str, Any] | None:
-    try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 MESSAGES = MessagesApi()

@@ -21,11 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from ctxbudget.budget.usage import usage_from_openai_responses
 from ctxbudget.errors import CtxbudgetError, InputError
-from ctxbudget.gateway.api import ErrorKind, ItemMemo, JsonBody, Parsed
+from ctxbudget.gateway.api import ErrorKind, ItemMemo, JsonBody, Parsed, json_object
 from ctxbudget.gateway.chat import CHAT
 from ctxbudget.integrations._responses import (
     Turn,
@@ -302,11 +300,8 @@ def _final_response(event: str | None, data: str) -> Mapping[str, Any] | None:
         return None
     if event is None and not any(name in data for name in _FINAL_EVENTS):
         return None
-    try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(value, dict) or value.get("type") not in _FINAL_EVENTS:
+    value = json_object(data)
+    if value is None or value.get("type") not in _FINAL_EVENTS:
         return None
     response = value.get("response")
     return response if isinstance(response, Mapping) else None
