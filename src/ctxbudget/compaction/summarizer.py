@@ -193,15 +193,9 @@ def summarize_in_chunks(
         if taken == 0:
             break  # one step alone is too large: the last call clips or drops it
         part = folded[pieces[start].start : pieces[start + taken - 1].stop]
-        request = summarizer_request(
-            previous,
-            part,
-            errors=(),
-            files=FileActivity(),
-            max_output_tokens=max_output_tokens,
-            clip_chars=CLIP_STEPS[-1],
+        text = summarizer.summarize(
+            _part_request(previous, part, (), FileActivity(), max_output_tokens)
         )
-        text = summarizer.summarize(request)
         if not text.strip():
             raise CompactionError("the summarizer returned an empty summary")
         previous, start = text, start + taken
@@ -218,6 +212,24 @@ def summarize_in_chunks(
     return summarizer.summarize(request)
 
 
+def _part_request(
+    previous: str | None,
+    part: Sequence[Message],
+    errors: Sequence[str],
+    files: FileActivity,
+    max_output_tokens: int,
+) -> Request:
+    """The summarizer request for ``part`` with tool outputs clipped hardest."""
+    return summarizer_request(
+        previous,
+        part,
+        errors=errors,
+        files=files,
+        max_output_tokens=max_output_tokens,
+        clip_chars=CLIP_STEPS[-1],
+    )
+
+
 def _fits(
     previous: str | None,
     folded: Sequence[Message],
@@ -228,14 +240,7 @@ def _fits(
     count: Callable[[Request], int],
 ) -> bool:
     """Whether one request holds all of ``folded`` (tool outputs clipped hardest)."""
-    request = summarizer_request(
-        previous,
-        folded,
-        errors=errors,
-        files=files,
-        max_output_tokens=max_output_tokens,
-        clip_chars=CLIP_STEPS[-1],
-    )
+    request = _part_request(previous, folded, errors, files, max_output_tokens)
     return count(request) <= limit - max_output_tokens
 
 
