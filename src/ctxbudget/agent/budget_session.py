@@ -391,13 +391,16 @@ class BudgetSession:
         reply: Callable[[Result], Reply | None] | None = None,
         new_turn: bool = False,
         checkpoints: Sequence[Checkpoint] = ("before_request", "after_step"),
+        retry_truncated: bool = False,
     ) -> Result:
         """Send ``request`` inside the window: prepare (floor, rule, compact), ``send``; on an
         overflow adopt the stated window, compact harder and send once more; a second overflow is
         `CompactionError`. ``send`` raises `ContextOverflowError` for an overflow (adapters map
         their framework's errors with ``overflow_of``). With ``reply``, a reply cut by a smaller
         window is dropped and resent, and a truncated prompt's window adopted (the next `prepare`
-        compacts). ``new_turn`` starts a turn: the per-turn compaction cap starts again;
+        compacts; with ``retry_truncated`` its reply is dropped instead, and the request compacted
+        and sent once more now, as for a cut reply: the gateway's, whose client must get a reply
+        to a whole prompt). ``new_turn`` starts a turn: the per-turn compaction cap starts again;
         ``checkpoints`` are those the rule is asked at before this request."""
         sent = self.prepare(
             request, summarizer=summarizer, new_turn=new_turn, checkpoints=checkpoints
@@ -408,11 +411,12 @@ class BudgetSession:
             sent = self.recover(sent, error, summarizer=summarizer)
             return self._resend(sent, send, reply)
         found = self._read(result, reply)
-        if found is not None and self.cut(sent, found) is not None:
+        if found is not None and (
+            self.cut(sent, found) is not None
+            or self._truncated(sent, found.usage, retry=retry_truncated)
+        ):
             sent = self.compact(sent, "context_overflow", summarizer=summarizer)
             return self._resend(sent, send, reply)
-        if found is not None:
-            self._truncated(sent, found.usage)
         return result
 
     async def arun(
@@ -424,6 +428,7 @@ class BudgetSession:
         reply: Callable[[Result], Reply | None] | None = None,
         new_turn: bool = False,
         checkpoints: Sequence[Checkpoint] = ("before_request", "after_step"),
+        retry_truncated: bool = False,
     ) -> Result:
         """`run` for async I/O: the decisions and compactions run in a worker thread (a
         summarizer that needs the event loop bridges to it itself), the sends on the loop."""
@@ -440,13 +445,14 @@ class BudgetSession:
             sent = await asyncio.to_thread(self.recover, sent, error, summarizer=summarizer)
             return await self._aresend(sent, send, reply)
         found = self._read(result, reply)
-        if found is not None and self.cut(sent, found) is not None:
+        if found is not None and (
+            self.cut(sent, found) is not None
+            or await asyncio.to_thread(self._truncated, sent, found.usage, retry=retry_truncated)
+        ):
             sent = await asyncio.to_thread(
                 self.compact, sent, "context_overflow", summarizer=summarizer
             )
             return await self._aresend(sent, send, reply)
-        if found is not None:
-            await asyncio.to_thread(self._truncated, sent, found.usage)
         return result
 
     def _resend(
@@ -479,12 +485,17 @@ class BudgetSession:
             await asyncio.to_thread(self._truncated, sent, found.usage)
         return result
 
-    def _truncated(self, sent: Request, usage: Usage) -> None:
-        """After `check_truncation` found one, the next `prepare` compacts whatever the rule
-        says (the caller's view holds the reply by then, as `Agent`'s does when it compacts)."""
-        if self.check_truncation(sent, usage) is not None:
+    def _truncated(self, sent: Request, usage: Usage, *, retry: bool = False) -> bool:
+        """True when `check_truncation` found one and the caller is to compact ``sent`` and
+        resend it now (``retry``); without ``retry`` the next `prepare` compacts whatever the
+        rule says (the caller's view holds the reply by then, as `Agent`'s does when it
+        compacts)."""
+        if self.check_truncation(sent, usage) is None:
+            return False
+        if not retry:
             with self._state:
                 self._owed = "context_overflow"
+        return retry
 
     @staticmethod
     def _read(result: Result, reply: Callable[[Result], Reply | None] | None) -> Reply | None:
