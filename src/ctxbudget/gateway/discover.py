@@ -15,12 +15,12 @@ Each request is bounded by `SERVED_TIMEOUT` and `SERVED_BODY_BYTES`; a server th
 of them leaves the window to ``--window``, said in one line (`missing_window`).
 
 Ollama with no model loaded. Its ``/api/ps`` then lists nothing, and nothing else states what
-it will serve: ``/api/show``'s ``model_info.*.context_length`` is the model's trained maximum
-(often 32K to 256K), not the ``num_ctx`` it is loaded with (4,096 by default on small GPUs), and
-a Modelfile's ``num_ctx`` parameter is one model's while the gateway's window covers every
-conversation, whatever model it names (``--summary-model`` included). Adopting either could
-give a window larger than the one a conversation is served with, so neither is: the start-up
-line says Ollama has no model loaded and to load it first or pass ``--window``.
+it will serve: ``/api/show``'s ``model_info.*.context_length`` is the model's trained maximum,
+not the ``num_ctx`` it is loaded with (4,096 by default on small GPUs), and a Modelfile's
+``num_ctx`` parameter is one model's while the gateway's window covers every conversation,
+whatever model it names (``--summary-model`` included). Adopting either could give a window
+larger than the one a conversation is served with, so neither is: the start-up line says
+Ollama has no model loaded and to load it first or pass ``--window``.
 
 After start-up, each conversation asks ``/api/ps`` for its own model when the server shows it
 truncated a prompt (`ServedWindows`, the session's ``served_window``): the window then adopted
