@@ -73,3 +73,32 @@ def test_a_truncated_prompt_is_retried_compacted_only_when_asked(mode: str, retr
     else:
         assert len(server.sent) == 2  # the truncated one's reply stays (the Agent's way)
         assert session.compactions == []  # the next request compacts
+
+
+def test_a_first_request_already_truncated_is_read_from_the_served_window() -> None:
+    # No earlier report matched (the first request is over the server's context already), so
+    # the usage trust alone passes the short report over; the served window shows the cut.
+    counter = RequestCounter("qwen3")
+    large = long_conversation(words=100, turns=24)
+    short = Usage(input_tokens=SERVED - 100, output_tokens=5)
+    asked: list[int] = []
+
+    def served(answer: int | None) -> Any:
+        def ask() -> int | None:
+            asked.append(1)
+            return answer
+
+        return ask
+
+    stated = BudgetSession(window=16_384, counter=counter, served_window=served(SERVED))
+    found = stated.check_truncation(large, short)
+    assert found is not None and found.limit == SERVED == stated.window
+    # A server that states nothing is asked once, and its short reports stay passed over.
+    asked.clear()
+    silent = BudgetSession(window=16_384, counter=counter, served_window=served(None))
+    assert silent.check_truncation(large, short) is None
+    assert silent.check_truncation(large, short) is None
+    assert len(asked) == 1 and silent.window == 16_384
+    # Without a served window nothing changes (the adapters, `Agent` on other providers).
+    plain = BudgetSession(window=16_384, counter=counter)
+    assert plain.check_truncation(large, short) is None and plain.window == 16_384

@@ -43,11 +43,10 @@ class Prompt:
     tokens: int
     kept: int
     summary: bool
-
-    @property
-    def truncated(self) -> bool:
-        """The server dropped part of it."""
-        return self.kept < self.tokens
+    truncated: bool
+    """It was over the context: Ollama dropped part of it (a newest message alone over the
+    context, which Ollama cuts to about half the context, is passed on whole here, but it is
+    still marked truncated)."""
 
 
 @dataclass
@@ -89,7 +88,7 @@ def ollama(num_ctx: int, ps: Ps = "loaded") -> tuple[ASGIApp, OllamaRecord]:
             tokens = count(body)
             kept = _kept(body, num_ctx, count)
             summary = request_from_openai(body).system == SUMMARIZER_SYSTEM
-            record.prompts.append(Prompt(tokens, count(kept), summary))
+            record.prompts.append(Prompt(tokens, count(kept), summary, tokens > num_ctx))
             raw = orjson.dumps(kept)
         replayed = False
 

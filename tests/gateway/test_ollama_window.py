@@ -27,11 +27,13 @@ CLIENT_KEY = "Bearer client-own-key-123"
 
 
 async def _drive(
-    client: Any, turns: int, *, stream: bool
+    client: Any, turns: int, *, stream: bool, history: int = 0
 ) -> tuple[list[Any], list[dict[str, Any]]]:
-    """A conversation of ``turns`` long user messages through the gateway: the responses and
-    each one's conversation entry in ``/ctxbudget/status``."""
+    """A conversation of ``turns`` long user messages through the gateway (after ``history``
+    earlier ones it never saw: a harness resuming a long session): the responses and each one's
+    conversation entry in ``/ctxbudget/status``."""
     messages: list[dict[str, Any]] = [SYSTEM]
+    messages += [user(long_text(f"earlier {i}", 80)) for i in range(history)]
     responses, status = [], []
     for turn in range(1, turns + 1):
         messages.append(user(long_text(f"topic {turn}", 80)))
@@ -62,13 +64,13 @@ def _text(response: Any, stream: bool) -> str:
 
 
 def _run(
-    tmp_path: Path, ps: Ps, *, stream: bool, turns: int = 12, **settings: Any
+    tmp_path: Path, ps: Ps, *, stream: bool, turns: int = 12, history: int = 0, **settings: Any
 ) -> tuple[list[Any], list[dict[str, Any]], OllamaRecord]:
     app, record = ollama(NUM_CTX, ps)
 
     async def go() -> tuple[list[Any], list[dict[str, Any]]]:
         async with gateway(tmp_path, app, window=GUESSED, **settings) as (client, _):
-            return await _drive(client, turns, stream=stream)
+            return await _drive(client, turns, stream=stream, history=history)
 
     responses, status = asyncio.run(go())
     return responses, status, record
@@ -142,6 +144,36 @@ def test_an_api_ps_that_stalls_or_answers_garbage_leaves_the_gateway_serving(
     assert status[first]["window"] == turns[first].kept < NUM_CTX
     assert not turns[first + 1].truncated  # the retry fit that guess
     assert [p for p in turns if p.truncated] == [turns[first]]
+
+
+def test_a_conversation_already_over_the_context_at_its_first_request_is_caught(
+    tmp_path: Path,
+) -> None:
+    # Its first request through the gateway is truncated already (a harness's long history, a
+    # large first request), so no earlier report matched the count: the usage trust alone
+    # passes the gap over, and every request was truncated. /api/ps shows it.
+    responses, status, record = _run(tmp_path, "loaded", stream=False, turns=4, history=6)
+    turns = record.turns()
+    assert turns[0].truncated and turns[0].tokens > NUM_CTX
+    assert [p.truncated for p in record.prompts[1:]] == [False] * (len(record.prompts) - 1)
+    assert len(turns) == len(responses) + 1  # the first turn, retried compacted
+    assert all(int(r.headers["x-ctxbudget-window"]) == NUM_CTX for r in responses)
+    assert status[0]["window"] == NUM_CTX
+    # The summary written for that compaction was held to the context just adopted too.
+    assert any(p.summary for p in record.prompts)
+    assert max(p.tokens for p in record.prompts if p.summary) <= NUM_CTX
+    assert len(record.ps_headers) == 1
+
+
+def test_a_server_that_states_no_window_is_asked_once_and_the_window_kept(
+    tmp_path: Path,
+) -> None:
+    # The same conversation in front of a server whose /api/ps says nothing usable: its short
+    # reports are passed over (they may be no whole counts), and it is not asked again.
+    responses, status, record = _run(tmp_path, "garbage", stream=False, turns=4, history=6)
+    assert len(record.ps_headers) == 1
+    assert all(r.status_code == 200 for r in responses)
+    assert [s["window"] for s in status] == [GUESSED] * len(responses)
 
 
 def test_served_windows_never_raise_and_never_block_the_event_loop(tmp_path: Path) -> None:

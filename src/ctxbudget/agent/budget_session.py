@@ -102,7 +102,7 @@ from ctxbudget.agent.silent import (
 from ctxbudget.budget.context import ContextEstimate, RequestCounterLike, UsageTrust, context_tokens
 from ctxbudget.budget.floor import check_prompt_floor, one_line
 from ctxbudget.budget.rules import Checkpoint, Policy, SessionEvidence, validate_window
-from ctxbudget.budget.usage import PromptGap
+from ctxbudget.budget.usage import PromptGap, prompt_gap
 from ctxbudget.errors import CompactionError, ConfigError, ContextOverflowError
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.messages.usage import Usage
@@ -110,6 +110,7 @@ from ctxbudget.messages.usage import Usage
 if TYPE_CHECKING:
     from ctxbudget.compaction.archive import Archive
     from ctxbudget.compaction.summarizer import Summarizer
+    from ctxbudget.counting.result import RequestCount
     from ctxbudget.tokens.base import TokenCounter
 
 __all__ = [
@@ -363,6 +364,8 @@ class BudgetSession:
         """The messages `_prefix` stands for, when this process has seen them: compared as they
         are, before any digest is taken."""
         self._owed: Trigger | None = None
+        self._served_asked = False
+        """`served_window` was asked about a gap the usage trust passed over (once a session)."""
         """A compaction a silent truncation showed is needed, made by the next `prepare`."""
         self._observed: tuple[Message, ...] = ()
         """The list `observe` last went through: a list that starts with it (an agent resending
@@ -621,19 +624,44 @@ class BudgetSession:
         return found
 
     def check_truncation(self, sent: Request, usage: Usage) -> SilentOverflow | None:
-        """A prompt the server silently shortened (from a server known to report whole prompts):
-        adopt the window it shows. The caller compacts (the reply stays: the server answered the
-        newest messages, which truncation keeps)."""
+        """A prompt the server silently shortened (from a server known to report whole prompts,
+        or one whose stated window shows it, `_stated_truncation`): adopt the window it shows.
+        The caller compacts (the reply stays: the server answered the newest messages, which
+        truncation keeps)."""
         count = self.counter.count(sent)
         with self._state:
             gap = self.usage_trust.truncation(usage, count)
         if gap is None:
-            return None
+            return self._stated_truncation(usage, count)
         found = truncated_prompt(usage, count.total)
         if found is None:
             return None
         found = self._truncation_window(sent, found, count.total)
         self.silent_overflow(found, usage.input_tokens, "truncated")
+        return found
+
+    def _stated_truncation(self, usage: Usage, count: RequestCount) -> SilentOverflow | None:
+        """A gap the usage trust passed over, read as a truncation when the server states the
+        window it serves (`served_window`, Ollama's ``/api/ps``) and that window lies between
+        the prompt it reported and our exact count: the server says it holds no more than that.
+
+        The trust needs an earlier report that matched, which a conversation never gives when
+        its first request is already over the server's window (a harness's long history, or
+        Claude Code's ~14K-token first request to an Ollama loaded with 4,096): each of its
+        requests would be truncated and passed over. Asked once a session, on the first such
+        gap: a server that states nothing (its reports are no whole counts) is not asked again.
+        """
+        if self.served_window is None or count.kind != "exact":
+            return None
+        if prompt_gap(usage.input_tokens, count.total) is None:
+            return None
+        with self._state:
+            if self.usage_trust.whole_prompts or self._served_asked:
+                return None
+            self._served_asked = True
+        found = served_overflow(usage.input_tokens, count.total, self.served_window())
+        if found is not None:
+            self.silent_overflow(found, usage.input_tokens, "truncated")
         return found
 
     def _truncation_window(

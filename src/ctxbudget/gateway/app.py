@@ -23,7 +23,7 @@ import asyncio
 import dataclasses
 import hmac
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -239,7 +239,7 @@ class Gateway:
         headers = self.upstream.headers(http.headers.items())
         headers["content-type"] = "application/json"
         model = self.config.summary_model or parsed.model or ""
-        summarizer = _UpstreamSummarizer(self, api, model, headers, session.window)
+        summarizer = _UpstreamSummarizer(self, api, model, headers, lambda: session.window)
 
         async def send(sent: Request) -> _Forwarded:
             return await self._send(
@@ -659,15 +659,21 @@ class _UpstreamSummarizer:
         api: WireApi,
         model: str,
         headers: dict[str, str],
-        window: int,
+        window: Callable[[], int],
     ) -> None:
         self.gateway = gateway
         self.api = api
         self.model = model
         self.headers = headers
-        self.window = window
-        """The largest request the summary may be: compaction fits its request to it."""
+        self._window = window
         self.loop = asyncio.get_running_loop()
+
+    @property
+    def window(self) -> int:
+        """The largest request the summary may be (compaction fits its request to it): the
+        conversation's window now, one adopted during this very request included (a silent
+        truncation's, whose retry compacts at once)."""
+        return self._window()
 
     def summarize(self, request: Request) -> str:
         """The upstream's summary for the summarizer ``request``."""
