@@ -102,7 +102,7 @@ from ctxbudget.agent.silent import (
 from ctxbudget.budget.context import ContextEstimate, RequestCounterLike, UsageTrust, context_tokens
 from ctxbudget.budget.floor import check_prompt_floor, one_line
 from ctxbudget.budget.rules import Checkpoint, Policy, SessionEvidence, validate_window
-from ctxbudget.budget.usage import PromptGap
+from ctxbudget.budget.usage import PromptGap, prompt_gap
 from ctxbudget.errors import CompactionError, ConfigError, ContextOverflowError
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.messages.usage import Usage
@@ -110,6 +110,7 @@ from ctxbudget.messages.usage import Usage
 if TYPE_CHECKING:
     from ctxbudget.compaction.archive import Archive
     from ctxbudget.compaction.summarizer import Summarizer
+    from ctxbudget.counting.result import RequestCount
     from ctxbudget.tokens.base import TokenCounter
 
 __all__ = [
@@ -363,6 +364,8 @@ class BudgetSession:
         """The messages `_prefix` stands for, when this process has seen them: compared as they
         are, before any digest is taken."""
         self._owed: Trigger | None = None
+        self._served_asked = False
+        """`served_window` was asked about a gap the usage trust passed over (once a session)."""
         """A compaction a silent truncation showed is needed, made by the next `prepare`."""
         self._observed: tuple[Message, ...] = ()
         """The list `observe` last went through: a list that starts with it (an agent resending
@@ -391,13 +394,16 @@ class BudgetSession:
         reply: Callable[[Result], Reply | None] | None = None,
         new_turn: bool = False,
         checkpoints: Sequence[Checkpoint] = ("before_request", "after_step"),
+        retry_truncated: bool = False,
     ) -> Result:
         """Send ``request`` inside the window: prepare (floor, rule, compact), ``send``; on an
         overflow adopt the stated window, compact harder and send once more; a second overflow is
         `CompactionError`. ``send`` raises `ContextOverflowError` for an overflow (adapters map
         their framework's errors with ``overflow_of``). With ``reply``, a reply cut by a smaller
         window is dropped and resent, and a truncated prompt's window adopted (the next `prepare`
-        compacts). ``new_turn`` starts a turn: the per-turn compaction cap starts again;
+        compacts; with ``retry_truncated`` its reply is dropped instead, and the request compacted
+        and sent once more now, as for a cut reply: the gateway's, whose client must get a reply
+        to a whole prompt). ``new_turn`` starts a turn: the per-turn compaction cap starts again;
         ``checkpoints`` are those the rule is asked at before this request."""
         sent = self.prepare(
             request, summarizer=summarizer, new_turn=new_turn, checkpoints=checkpoints
@@ -408,11 +414,12 @@ class BudgetSession:
             sent = self.recover(sent, error, summarizer=summarizer)
             return self._resend(sent, send, reply)
         found = self._read(result, reply)
-        if found is not None and self.cut(sent, found) is not None:
+        if found is not None and (
+            self.cut(sent, found) is not None
+            or self._truncated(sent, found.usage, retry=retry_truncated)
+        ):
             sent = self.compact(sent, "context_overflow", summarizer=summarizer)
             return self._resend(sent, send, reply)
-        if found is not None:
-            self._truncated(sent, found.usage)
         return result
 
     async def arun(
@@ -424,6 +431,7 @@ class BudgetSession:
         reply: Callable[[Result], Reply | None] | None = None,
         new_turn: bool = False,
         checkpoints: Sequence[Checkpoint] = ("before_request", "after_step"),
+        retry_truncated: bool = False,
     ) -> Result:
         """`run` for async I/O: the decisions and compactions run in a worker thread (a
         summarizer that needs the event loop bridges to it itself), the sends on the loop."""
@@ -440,13 +448,14 @@ class BudgetSession:
             sent = await asyncio.to_thread(self.recover, sent, error, summarizer=summarizer)
             return await self._aresend(sent, send, reply)
         found = self._read(result, reply)
-        if found is not None and self.cut(sent, found) is not None:
+        if found is not None and (
+            self.cut(sent, found) is not None
+            or await asyncio.to_thread(self._truncated, sent, found.usage, retry=retry_truncated)
+        ):
             sent = await asyncio.to_thread(
                 self.compact, sent, "context_overflow", summarizer=summarizer
             )
             return await self._aresend(sent, send, reply)
-        if found is not None:
-            await asyncio.to_thread(self._truncated, sent, found.usage)
         return result
 
     def _resend(
@@ -479,12 +488,17 @@ class BudgetSession:
             await asyncio.to_thread(self._truncated, sent, found.usage)
         return result
 
-    def _truncated(self, sent: Request, usage: Usage) -> None:
-        """After `check_truncation` found one, the next `prepare` compacts whatever the rule
-        says (the caller's view holds the reply by then, as `Agent`'s does when it compacts)."""
-        if self.check_truncation(sent, usage) is not None:
+    def _truncated(self, sent: Request, usage: Usage, *, retry: bool = False) -> bool:
+        """True when `check_truncation` found one and the caller is to compact ``sent`` and
+        resend it now (``retry``); without ``retry`` the next `prepare` compacts whatever the
+        rule says (the caller's view holds the reply by then, as `Agent`'s does when it
+        compacts)."""
+        if self.check_truncation(sent, usage) is None:
+            return False
+        if not retry:
             with self._state:
                 self._owed = "context_overflow"
+        return retry
 
     @staticmethod
     def _read(result: Result, reply: Callable[[Result], Reply | None] | None) -> Reply | None:
@@ -610,19 +624,44 @@ class BudgetSession:
         return found
 
     def check_truncation(self, sent: Request, usage: Usage) -> SilentOverflow | None:
-        """A prompt the server silently shortened (from a server known to report whole prompts):
-        adopt the window it shows. The caller compacts (the reply stays: the server answered the
-        newest messages, which truncation keeps)."""
+        """A prompt the server silently shortened (from a server known to report whole prompts,
+        or one whose stated window shows it, `_stated_truncation`): adopt the window it shows.
+        The caller compacts (the reply stays: the server answered the newest messages, which
+        truncation keeps)."""
         count = self.counter.count(sent)
         with self._state:
             gap = self.usage_trust.truncation(usage, count)
         if gap is None:
-            return None
+            return self._stated_truncation(usage, count)
         found = truncated_prompt(usage, count.total)
         if found is None:
             return None
         found = self._truncation_window(sent, found, count.total)
         self.silent_overflow(found, usage.input_tokens, "truncated")
+        return found
+
+    def _stated_truncation(self, usage: Usage, count: RequestCount) -> SilentOverflow | None:
+        """A gap the usage trust passed over, read as a truncation when the server states the
+        window it serves (`served_window`, Ollama's ``/api/ps``) and that window lies between
+        the prompt it reported and our exact count: the server says it holds no more than that.
+
+        The trust needs an earlier report that matched, which a conversation never gives when
+        its first request is already over the server's window (a harness's long history, or
+        Claude Code's ~14K-token first request to an Ollama loaded with 4,096): each of its
+        requests would be truncated and passed over. Asked once a session, on the first such
+        gap: a server that states nothing (its reports are no whole counts) is not asked again.
+        """
+        if self.served_window is None or count.kind != "exact":
+            return None
+        if prompt_gap(usage.input_tokens, count.total) is None:
+            return None
+        with self._state:
+            if self.usage_trust.whole_prompts or self._served_asked:
+                return None
+            self._served_asked = True
+        found = served_overflow(usage.input_tokens, count.total, self.served_window())
+        if found is not None:
+            self.silent_overflow(found, usage.input_tokens, "truncated")
         return found
 
     def _truncation_window(

@@ -198,24 +198,22 @@ def _discovered(config: GatewayConfig) -> GatewayConfig:
     """``config`` with the window the upstream states, or one line naming ``--window``."""
     import dataclasses
 
-    from ctxbudget.gateway.discover import discover_window
+    from ctxbudget.gateway.discover import discover_window, missing_window
     from ctxbudget.gateway.upstream import Upstream
 
-    async def ask() -> tuple[int, str] | None:
+    async def ask() -> tuple[int, str] | str:
         client = Upstream(config)
         try:
             found = await discover_window(client, client.headers(()))
+            if found is None:
+                return await missing_window(client, client.headers(()))
         finally:
             await client.aclose()
-        return None if found is None else (found.window, found.source)
+        return found.window, found.source
 
     found = asyncio.run(ask())
-    if found is None:
-        raise ConfigError(
-            f"the upstream's window is unknown: {config.upstream} answers none of llama.cpp's "
-            "/props, vLLM's /v1/models, LM Studio's /api/v0/models or Ollama's /api/ps; "
-            "pass --window N"
-        )
+    if isinstance(found, str):
+        raise ConfigError(found)
     _say(f"ctxbudget serve: window {found[0]:,} tokens ({found[1]})")
     return dataclasses.replace(config, window=found[0])
 

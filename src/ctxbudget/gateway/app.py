@@ -23,7 +23,7 @@ import asyncio
 import dataclasses
 import hmac
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +53,7 @@ from ctxbudget.gateway.api import JsonBody, Parsed, WireApi, json_object, merge_
 from ctxbudget.gateway.chat import CHAT
 from ctxbudget.gateway.config import GatewayConfig
 from ctxbudget.gateway.conversations import Conversation, Conversations, item_chain
-from ctxbudget.gateway.discover import discover_window
+from ctxbudget.gateway.discover import ServedWindows, discover_window, missing_window
 from ctxbudget.gateway.lifecycle import Health, mount_ops, ops_routes
 from ctxbudget.gateway.logs import RequestLog, log_request
 from ctxbudget.gateway.messages_api import MESSAGES, count_tokens
@@ -145,13 +145,10 @@ class Gateway:
             if self._conversations is None:
                 window = self.window
                 if window is None:
-                    found = await discover_window(self.upstream, self.upstream.headers(()))
+                    headers = self.upstream.headers(())
+                    found = await discover_window(self.upstream, headers)
                     if found is None:
-                        raise ConfigError(
-                            f"the window of the upstream at {self.upstream.shown()} is unknown: "
-                            "it answers none of llama.cpp's /props, vLLM's /v1/models, LM "
-                            "Studio's /api/v0/models or Ollama's /api/ps; pass --window N"
-                        )
+                        raise ConfigError(await missing_window(self.upstream, headers))
                     window, self.window_source = found.window, found.source
                 self.window = window
                 self._conversations = Conversations(
@@ -163,6 +160,7 @@ class Gateway:
                     else provider_name_for(self.upstream.base_url),
                     base_url=None if self.config.is_mock else self.upstream.shown(),
                     on_event=self.metrics.on_session_event,
+                    served_windows=None if self.config.is_mock else ServedWindows(self.upstream),
                 )
                 self.metrics.set_upstream_window(window)
         return self._conversations
@@ -241,7 +239,7 @@ class Gateway:
         headers = self.upstream.headers(http.headers.items())
         headers["content-type"] = "application/json"
         model = self.config.summary_model or parsed.model or ""
-        summarizer = _UpstreamSummarizer(self, api, model, headers, session.window)
+        summarizer = _UpstreamSummarizer(self, api, model, headers, lambda: session.window)
 
         async def send(sent: Request) -> _Forwarded:
             return await self._send(
@@ -255,8 +253,15 @@ class Gateway:
             stop = api.stop_reason(result.json)
             return None if usage is None or stop is None else _reply(result, usage, stop)
 
+        # A prompt the upstream silently truncated (Ollama) is compacted and sent again now:
+        # the reply to the truncated one never reaches the client.
         result = await session.arun(
-            request, send, summarizer=summarizer, reply=read_reply, new_turn=True
+            request,
+            send,
+            summarizer=summarizer,
+            reply=read_reply,
+            new_turn=True,
+            retry_truncated=True,
         )
         conversations.sent(conversation, parsed, api.name, chain)
         conversation.last_tokens = result.tokens
@@ -654,15 +659,21 @@ class _UpstreamSummarizer:
         api: WireApi,
         model: str,
         headers: dict[str, str],
-        window: int,
+        window: Callable[[], int],
     ) -> None:
         self.gateway = gateway
         self.api = api
         self.model = model
         self.headers = headers
-        self.window = window
-        """The largest request the summary may be: compaction fits its request to it."""
+        self._window = window
         self.loop = asyncio.get_running_loop()
+
+    @property
+    def window(self) -> int:
+        """The largest request the summary may be (compaction fits its request to it): the
+        conversation's window now, one adopted during this very request included (a silent
+        truncation's, whose retry compacts at once)."""
+        return self._window()
 
     def summarize(self, request: Request) -> str:
         """The upstream's summary for the summarizer ``request``."""

@@ -49,7 +49,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -69,6 +69,9 @@ from ctxbudget.gateway.api import Parsed
 from ctxbudget.gateway.config import GatewayConfig
 from ctxbudget.integrations._view import UsageMemory
 from ctxbudget.messages.model import Message, Request
+
+if TYPE_CHECKING:
+    from ctxbudget.gateway.discover import ServedWindows
 
 __all__ = ["MAX_STORE_LOOKUPS", "Conversation", "Conversations", "item_chain"]
 
@@ -152,8 +155,12 @@ class Conversations:
         provider_name: str | None = None,
         base_url: str | None = None,
         on_event: EventSink | None = None,
+        served_windows: ServedWindows | None = None,
     ) -> None:
         self.on_event = on_event
+        self.served_windows = served_windows
+        """Asks the upstream the context a conversation's model is served with, after a
+        truncated prompt (Ollama's ``/api/ps``); None: never asked."""
         self.config = config
         self.store = store
         self.window = window
@@ -267,7 +274,9 @@ class Conversations:
 
     def _session(self, parsed: Parsed, name: str, key: str) -> BudgetSession:
         """The session of the conversation saved under ``key``: compacting under the store's
-        lock for it, saving there without overwriting a newer compaction."""
+        lock for it, saving there without overwriting a newer compaction. A truncated prompt
+        makes it ask the upstream what its model is served with (`served_windows`)."""
+        served = self.served_windows
         return BudgetSession(
             window=self.window,
             counter=self._counter(parsed),
@@ -280,6 +289,7 @@ class Conversations:
             on_event=self.on_event,
             store=self.store,
             key=key,
+            served_window=None if served is None else served.reader(parsed.model),
         )
 
     def _archive(self, name: str) -> Archive | None:
