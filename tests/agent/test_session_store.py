@@ -21,6 +21,7 @@ from tests.agent.conversations import long_conversation
 from tests.messages.message_strategies import openai_messages
 
 from ctxbudget.agent.budget_session import (
+    ArchivedPrefix,
     BudgetSession,
     CompactedPrefix,
     MemorySessionStore,
@@ -85,13 +86,14 @@ states = st.builds(
         view=st.lists(openai_messages, max_size=4).map(tuple),
     ),
     archived=st.frozensets(digests, max_size=5),
+    archived_prefix=st.none() | st.builds(ArchivedPrefix, length=counts, digest=digests),
 )
 
 
 @given(states)
 def test_a_state_round_trips_through_its_json_form(state: SessionState) -> None:
     text = state_to_json(state)
-    assert json.loads(text)["version"] == 1
+    assert json.loads(text)["version"] == 2
     assert text.isascii()
     assert state_from_json(text) == state
     assert state_to_json(state_from_json(text)) == text  # stable: the same text again
@@ -122,7 +124,7 @@ HOSTILE = [
     ("not json {", "state: not JSON"),
     ("[1, 2]", "state: expected a JSON object, got list"),
     ('{"window": 10}', "state.version: missing"),
-    (_valid(version=2), "state.version: unknown state version 2"),
+    (_valid(version=3), "state.version: unknown state version 3"),
     (_valid(version=True), "state.version: unknown state version True"),
     (_valid(version="1"), "state.version: unknown state version '1'"),
     (_valid(window=-5), "state.window must be positive, got -5"),
@@ -151,7 +153,16 @@ HOSTILE = [
         "state.prefix.view[0].role: unknown role 'robot'",
     ),
     (_valid(prefix={"length": 2, "digest": "0" * 40}), "state.prefix.view: missing"),
-    (_valid(extra=1), "state: unknown field 'extra' in a version-1 state"),
+    (_valid(extra=1), "state: unknown field 'extra' in a version-2 state"),
+    (_valid(archived_prefix={"length": 2}), "state.archived_prefix.digest: missing"),
+    (
+        _valid(archived_prefix={"length": -1, "digest": "0" * 40}),
+        "state.archived_prefix.length: expected a non-negative integer",
+    ),
+    (
+        _valid(version=1, archived_prefix={"length": 1, "digest": "0" * 40}),
+        "state: unknown field 'archived_prefix' in a version-1 state",
+    ),
 ]
 
 

@@ -168,8 +168,10 @@ class Gateway:
         return self._conversations
 
     async def aclose(self) -> None:
-        """Close the archives, the store and the upstream client."""
+        """Close the archives, the store and the upstream client (once every reply's state is
+        saved)."""
         if self._conversations is not None:
+            await self._conversations.settled()
             self._conversations.close()
         await self.upstream.aclose()
         close = getattr(self.store, "close", None)
@@ -291,7 +293,9 @@ class Gateway:
             usage = api.usage(result.json)
             if usage is not None:
                 conversation.memory.usage = session.record(usage, prompt_tokens=result.tokens)
-        await asyncio.to_thread(conversations.save, conversation)
+        # Fsync and state save after the reply, off its path; the conversation's next request
+        # waits for them (`Conversations.find`).
+        await conversations.after_reply(conversation)
         timer.done(
             outcome if result.status < 400 else "upstream_error",
             result.status,
@@ -424,8 +428,10 @@ class Gateway:
                     forwarded=forwarded,
                     compacted=compacted,
                 )
-                await asyncio.to_thread(
-                    self._streamed, conversations, conversation, result, usage, stop
+                # After the last byte, off the reply's path; the next request waits for it.
+                await conversations.after_reply(
+                    conversation,
+                    lambda: self._streamed(conversations, conversation, result, usage, stop),
                 )
 
     def _streamed(

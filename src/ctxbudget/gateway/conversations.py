@@ -90,10 +90,12 @@ def item_chain(api: str, head: Any, items: Sequence[Any]) -> list[bytes]:
         api.encode() + b"\0" + orjson.dumps(head, option=orjson.OPT_SORT_KEYS), digest_size=16
     ).digest()
     out: list[bytes] = []
+    blake2b, dumps, sort_keys = hashlib.blake2b, orjson.dumps, orjson.OPT_SORT_KEYS
     for item in items:
-        state = hashlib.blake2b(
-            state + orjson.dumps(item, option=orjson.OPT_SORT_KEYS), digest_size=16
-        ).digest()
+        # The same digest as blake2b(state + item's JSON), without copying the two together.
+        step = blake2b(state, digest_size=16)
+        step.update(dumps(item, option=sort_keys))
+        state = step.digest()
         out.append(state)
     return out
 
@@ -164,6 +166,8 @@ class Conversations:
         """Live conversations by key, least recently used first."""
         self._by_endpoint: dict[bytes, Conversation] = {}
         self._lock = threading.Lock()
+        self._after: dict[str, asyncio.Task[None]] = {}
+        """Each conversation's work after its reply (`after_reply`), by key, while it runs."""
 
     # -- finding ---------------------------------------------------------------------------------
 
@@ -183,7 +187,9 @@ class Conversations:
             else:
                 found = None
         if found is None:
+            await self.settled()  # what the store holds is what every reply left there
             return await asyncio.to_thread(self._resume_or_create, api, parsed, chain)
+        await self.settled(found)  # its last reply's usage recorded, its state saved
         await asyncio.to_thread(self._refresh, found)
         return found
 
@@ -201,6 +207,7 @@ class Conversations:
         live session's, else one in the store), else ``parsed.request`` as it came."""
         chain = item_chain(api, parsed.head, parsed.translated.items)
         messages = parsed.request.messages
+        await self.settled()
         with self._lock:
             live = next((c for d in reversed(chain) if (c := self._by_endpoint.get(d))), None)
         if live is not None:
@@ -340,11 +347,55 @@ class Conversations:
             conversation.requests += 1
             conversation.updated = time.time()
 
+    async def after_reply(self, conversation: Conversation, work: Any = None) -> None:
+        """Run ``work`` (default: `save`) for ``conversation`` in a worker thread, once the work
+        after its previous reply is done. Its first request here waits for it: the state saved
+        is what another instance sharing the store finds the conversation by (else it would
+        start one of its own, and summarise its prefix again). Later ones do not: the reply goes
+        out while it runs, and the conversation's next request here waits for it (`find`). A
+        failure then is logged (the reply is the client's already)."""
+        run = (lambda: self.save(conversation)) if work is None else work
+        key = conversation.key
+        before = self._after.get(key)
+        if conversation.requests <= 1:
+            await self.settled(conversation)
+            await asyncio.to_thread(run)
+            return
+
+        async def after() -> None:
+            if before is not None:
+                await asyncio.wait([before])
+            try:
+                await asyncio.to_thread(run)
+            except Exception as exc:  # logged: no request is left to fail
+                log.warning(
+                    "saving conversation %s failed: %s", conversation.id, one_line(str(exc))
+                )
+
+        task = asyncio.get_running_loop().create_task(after())
+        self._after[key] = task
+
+        def done(finished: asyncio.Task[None]) -> None:
+            if self._after.get(key) is finished:
+                del self._after[key]
+
+        task.add_done_callback(done)
+
+    async def settled(self, conversation: Conversation | None = None) -> None:
+        """Wait until the work after ``conversation``'s replies (every conversation's, when
+        None) is done."""
+        if conversation is not None:
+            pending = [t] if (t := self._after.get(conversation.key)) is not None else []
+        else:
+            pending = list(self._after.values())
+        if pending:
+            await asyncio.wait(pending)
+
     def save(self, conversation: Conversation) -> None:
         """Fsync the request's archive records, then save the conversation's state (blocking:
-        call it from a worker thread); a state older than a compaction another instance saved
-        is not written over it. The fsync comes first: the state lists the messages already
-        archived, which a resumed session does not append again."""
+        call it from a worker thread, `after_reply` does); a state older than a compaction
+        another instance saved is not written over it. The fsync comes first: the state says
+        which messages are archived, which a resumed session does not append again."""
         if conversation.archive is not None:
             try:
                 conversation.archive.sync()
