@@ -514,3 +514,63 @@ def test_a_restored_session_matches_by_digest_and_leaves_a_view_alone(
         sent = restored.prepare(request.with_messages(messages), new_turn=True)
         assert sent.messages == (*view, *more)
     assert summarizer.calls == 1  # the live session's one compaction
+
+
+# -- what a save writes, and what a load parses ---------------------------------------------------
+
+
+def test_an_unchanged_state_is_not_parsed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway loads a conversation's state before each of its requests (another instance
+    may have compacted it): the same text is not parsed again, a changed one is."""
+    import ctxbudget.agent.session_store as module
+
+    parsed: list[object] = []
+    real = module.state_from_json
+
+    def counting(text: str | bytes, path: str = "state") -> SessionState:
+        parsed.append(text)
+        return real(text, path)
+
+    monkeypatch.setattr(module, "state_from_json", counting)
+    path = tmp_path / "state.sqlite3"
+    with SqliteSessionStore(path) as store, SqliteSessionStore(path) as other:
+        store.save("conv", _state(1))
+        assert store.load("conv") == _state(1)
+        assert store.load("conv") == _state(1)
+        assert parsed == []  # the text this store wrote: known
+        other.save("conv", _state(2))  # another process's save
+        assert store.load("conv") == _state(2)
+        assert store.load("conv") == _state(2)
+        assert len(parsed) == 1
+
+
+def test_a_version_1_state_loads_and_its_archived_messages_stay_archived_once(
+    tmp_path: Path,
+) -> None:
+    """A state saved before version 2 listed every archived message's digest: it still loads,
+    and a session restored from it does not archive those messages again."""
+    from ctxbudget.agent import budget_session
+
+    messages = [
+        Message(role="user" if i % 2 == 0 else "assistant", content=f"message {i}")
+        for i in range(6)
+    ]
+    path = tmp_path / "a.jsonl"
+    counter = RequestCounter("o200k_base")
+    with Archive(path) as archive:
+        first = BudgetSession(window=8_192, counter=counter, archive=archive)
+        first.observe(messages)
+        obj = json.loads(state_to_json(first.snapshot()))
+    obj["version"] = 1
+    del obj["archived_prefix"]
+    obj["archived"] = sorted(budget_session._digest(m) for m in messages)
+    state = state_from_json(json.dumps(obj))
+    assert len(state.archived) == 6 and state.archived_prefix is None
+    with Archive(path) as archive:
+        restored = BudgetSession(window=8_192, counter=counter, archive=archive)
+        restored.apply(state)
+        restored.observe([*messages, Message(role="user", content="message 6")])
+    texts = [m.text for m in load_archive(path).history]
+    assert texts == [f"message {i}" for i in range(7)]

@@ -79,7 +79,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
@@ -891,6 +891,13 @@ class BudgetSession:
                     self._archived.add(key)
                     self.archive.append_message(without_adapter_meta(message))
             self._observed, self._observed_digests = messages, digests
+
+    def archived_already(self, messages: Iterable[Message]) -> None:
+        """Know ``messages`` as archived (the session's archive, reopened, holds them): `observe`
+        does not append them again, also when the state restored is older than the archive (a
+        process killed after archiving a request, before saving its state)."""
+        with self._state:
+            self._archived.update(_digest(m) for m in messages)
 
     def _resumed(self, messages: tuple[Message, ...]) -> list[str]:
         """After a restore (called with ``_state`` held): the digests of the leading messages

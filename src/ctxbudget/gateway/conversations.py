@@ -32,9 +32,22 @@ what its instance archived, and ``ctxbudget replay FOLDER`` reads them all. A fi
 by lock, not by a configured instance id: a restarted instance finds its files again and two
 instances never need telling apart. A request never fails because of its archive: when no file
 can be opened (every candidate busy, a folder not writable, a file that is not an archive) the
-conversation goes on unarchived, with a warning in the log. Records are written as they come
-and fsynced once a request, before its state is saved (`Conversations.save`): a killed gateway
-loses none; a machine that stops loses at most the records of the requests then in flight.
+conversation goes on unarchived, with a warning in the log.
+
+Durability, and what a reply waits for. Records are written as they come (before the reply:
+a killed gateway loses none written). They are fsynced once a request, and only then is the
+conversation's state saved (`Conversations.save`): the state never says a message is archived
+that a stopped machine could lose. Both run after the reply, off its path (`after_reply`),
+except for a conversation's first request here, which waits for them (the state saved is what
+another instance sharing the store finds the conversation by); the conversation's next request
+here waits until they are done before it looks anything up (`find`, `settled`). A compaction is
+saved when it is made, under the store's lock (`BudgetSession.compact`), before the request it
+compacts is forwarded, so another instance never makes it again. What this trades: a gateway
+killed in the milliseconds between a reply and its save restarts from the state before that
+reply (the numbers of one step; nothing archived twice: what a reopened archive holds is known
+archived); a machine that stops loses at most the records of the requests in flight or whose
+fsync had not run yet; another instance may take a conversation's next request up with the
+state of the step before (compactions are never missed: they are saved when made).
 """
 
 from __future__ import annotations
@@ -253,6 +266,10 @@ class Conversations:
                 key = f"{api}:{conversation_id}-{suffix}"
             conversation_id = key.split(":", 1)[1]
             session = self._session(parsed, f"{api}-{conversation_id}", key)
+            if session.archive is not None:
+                # What the reopened file holds is archived, whatever the state says: a state
+                # saved after a reply may be one request behind its archive (see `after_reply`).
+                session.archived_already(session.archive.resumed.history)
             if state is not None:
                 session.apply(state)
             elif session.archive is not None and "window" not in session.archive.resumed.meta:
