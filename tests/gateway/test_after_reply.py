@@ -230,3 +230,28 @@ def test_a_state_one_reply_behind_its_archive_archives_nothing_twice(tmp_path: P
     (path,) = (tmp_path / "archives").glob("*.jsonl")
     texts = [m.text for m in load_archive(path).history if m.role == "tool"]
     assert texts == [f"file_{turn}.py " * 20 for turn in range(1, 13)]
+
+
+def test_start_up_takes_its_objects_out_of_the_collectors_walks(tmp_path: Path) -> None:
+    """A full garbage collection walked every object alive since start-up (~30 ms with the
+    GIL held, a pause in whichever request it fell on): the gateway freezes them once started."""
+    script = f"""
+import gc
+from pathlib import Path
+from starlette.testclient import TestClient
+from ctxbudget.gateway.app import create_app
+from ctxbudget.gateway.config import GatewayConfig
+config = GatewayConfig(upstream="mock", window=8192, state=Path({str(tmp_path / "s.db")!r}))
+before = gc.get_freeze_count()
+with TestClient(create_app(config)):
+    print(before, gc.get_freeze_count())
+"""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    before, after = map(int, done.stdout.split())
+    assert before == 0
+    assert after > 20_000  # the imports' objects: out of every later full collection

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import hmac
 import logging
+import threading
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -722,6 +724,22 @@ def _mock_transport(config: GatewayConfig) -> httpx.AsyncBaseTransport:
     return httpx.ASGITransport(app=mock_app(provider))
 
 
+_frozen = threading.Event()
+
+
+def freeze_startup_objects() -> None:
+    """Once a process: take what is alive at start-up (modules, classes, the imported
+    packages' tables, ~100,000 objects) out of the cyclic garbage collector's walks
+    (`gc.freeze`). Each full collection walked them all, ~30 ms with the GIL held, a pause for
+    whichever request it fell on (the gateway's p99 at 128K tokens). They live as long as the
+    process; what requests make later is collected as before."""
+    if _frozen.is_set():
+        return
+    _frozen.set()
+    gc.collect()
+    gc.freeze()
+
+
 def create_app(
     config: GatewayConfig,
     *,
@@ -743,6 +761,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        freeze_startup_objects()
         yield
         await gateway.aclose()
 
