@@ -104,7 +104,7 @@ from ctxbudget.budget.floor import check_prompt_floor, one_line
 from ctxbudget.budget.rules import Checkpoint, Policy, SessionEvidence, validate_window
 from ctxbudget.budget.usage import PromptGap
 from ctxbudget.errors import CompactionError, ConfigError, ContextOverflowError
-from ctxbudget.messages.model import Message, Request, common_prefix
+from ctxbudget.messages.model import Message, Request
 from ctxbudget.messages.usage import Usage
 
 if TYPE_CHECKING:
@@ -876,10 +876,17 @@ class BudgetSession:
         messages = tuple(messages)
         with self._state:
             # Safe to skip: each message of the last list was archived then or found archived
-            # (`_archived` only grows), and an equal message has the same digest. The common
-            # prefix is found by identity and equality in C (`common_prefix`), where the digest
-            # serialises the whole message.
-            start = common_prefix(self._observed, messages)
+            # (`_archived` only grows), and an equal message has the same digest. Equality is
+            # cheap here (shared field objects compare by identity) where the digest serialises
+            # the whole message. A plain scan: the list most often differs from the last one
+            # at its last message (the reply the usage was attached to), where a search by
+            # prefix compares (`common_prefix`) compares the whole list twice.
+            seen = self._observed
+            start, end = 0, min(len(seen), len(messages))
+            while start < end and (
+                messages[start] is seen[start] or messages[start] == seen[start]
+            ):
+                start += 1
             digests = self._observed_digests[:start]
             if start == 0 and self._resumed_prefix is not None:
                 digests = self._resumed(messages)  # a restored list: skipped whole
