@@ -5,6 +5,7 @@ waits for them), and what they write does not grow with the conversation's histo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sqlite3
 import threading
@@ -73,6 +74,8 @@ class GatedStore:
         self.inner = SqliteSessionStore(path)
         self.gate = threading.Event()
         self.gate.set()
+        self.only: str | None = None
+        """The one key whose saves wait at the gate (None: every key's)."""
         self.saving = 0
         self.saved = 0
         self.loads_while_saving = 0
@@ -85,7 +88,8 @@ class GatedStore:
     def save(self, key: str, state: SessionState) -> None:
         self.saving += 1
         try:
-            assert self.gate.wait(20), "the test never opened the gate"
+            if self.only is None or key == self.only:
+                assert self.gate.wait(20), "the test never opened the gate"
             self.inner.save(key, state)
             self.saved += 1
         finally:
@@ -255,3 +259,53 @@ with TestClient(create_app(config)):
     before, after = map(int, done.stdout.split())
     assert before == 0
     assert after > 20_000  # the imports' objects: out of every later full collection
+
+
+def test_a_conversation_dropped_from_memory_keeps_its_archive_open_until_saved(
+    tmp_path: Path,
+) -> None:
+    """A conversation evicted (more live ones than the cap) while its save is pending: its
+    archive is closed once that save (its fsync first) is done, not under it."""
+    upstream = Upstream(window=1_000_000)
+    store = GatedStore(tmp_path / "state.sqlite3")
+    config = dataclasses.replace(_config(tmp_path), max_live_conversations=1)
+    app = create_app(config, transport=httpx.ASGITransport(app=upstream.app()), store=store)
+
+    async def go() -> None:
+        async with _client(app) as client:
+            first = _step(START, 1)
+            assert (await client.post(CHAT, json={"model": "m", "messages": first})).is_success
+            conversations = await app.state.gateway.conversations()
+            (evicted,) = conversations.status()
+            store.only = f"chat:{evicted['id']}"
+            store.gate.clear()
+            try:
+                second = _step(first, 2)  # its save waits at the gate
+                reply = await client.post(CHAT, json={"model": "m", "messages": second})
+                assert reply.is_success
+                other = [{"role": "user", "content": "Another task."}]
+                reply = await client.post(CHAT, json={"model": "m", "messages": other})
+                assert reply.is_success and len(conversations) == 1  # the first one evicted
+                assert store.saving == 1  # the first conversation's, at the gate
+                (archive_path,) = [
+                    p for p in (tmp_path / "archives").glob("*.jsonl") if evicted["id"] in p.name
+                ]
+                assert _held(archive_path)  # still open: its save has not run
+            finally:
+                store.gate.set()
+            await conversations.settled()
+            assert not _held(archive_path)  # closed once saved
+        await app.state.gateway.aclose()
+
+    asyncio.run(go())
+
+
+def _held(path: Path) -> bool:
+    """True while an `Archive` holds ``path`` open (it keeps an exclusive lock on it)."""
+    from ctxbudget.compaction.archive import Archive, ArchiveInUseError
+
+    try:
+        Archive(path, sync_each_record=False).close()
+    except ArchiveInUseError:
+        return True
+    return False

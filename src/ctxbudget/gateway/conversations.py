@@ -132,6 +132,11 @@ class Conversation:
     """What the client's own list counted, before any compaction (0 when not counted)."""
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
+    pending: int = 0
+    """Work after its replies (`Conversations.after_reply`) started and not ended."""
+    evicted: bool = False
+    """Dropped from memory (`Conversations._evict`): its archive closes once nothing is
+    pending."""
 
     @property
     def key(self) -> str:
@@ -179,7 +184,7 @@ class Conversations:
         """Live conversations by key, least recently used first."""
         self._by_endpoint: dict[bytes, Conversation] = {}
         self._lock = threading.Lock()
-        self._after: dict[str, asyncio.Task[None]] = {}
+        self._after: dict[str, tuple[asyncio.Task[None], Conversation]] = {}
         """Each conversation's work after its reply (`after_reply`), by key, while it runs."""
 
     # -- finding ---------------------------------------------------------------------------------
@@ -200,7 +205,8 @@ class Conversations:
             else:
                 found = None
         if found is None:
-            await self.settled()  # what the store holds is what every reply left there
+            # A conversation dropped from memory is found in the store: once its save is in.
+            await self.settled(evicted_only=True)
             return await asyncio.to_thread(self._resume_or_create, api, parsed, chain)
         await self.settled(found)  # its last reply's usage recorded, its state saved
         await asyncio.to_thread(self._refresh, found)
@@ -220,7 +226,7 @@ class Conversations:
         live session's, else one in the store), else ``parsed.request`` as it came."""
         chain = item_chain(api, parsed.head, parsed.translated.items)
         messages = parsed.request.messages
-        await self.settled()
+        await self.settled(evicted_only=True)
         with self._lock:
             live = next((c for d in reversed(chain) if (c := self._by_endpoint.get(d))), None)
         if live is not None:
@@ -335,8 +341,9 @@ class Conversations:
             _, old = self._live.popitem(last=False)
             if old.endpoint is not None and self._by_endpoint.get(old.endpoint) is old:
                 del self._by_endpoint[old.endpoint]
-            if old.archive is not None:
-                old.archive.close()
+            old.evicted = True
+            if old.archive is not None and not old.pending:
+                old.archive.close()  # else once its save is done (`_done_after_reply`)
 
     # -- after a request ---------------------------------------------------------------------------
 
@@ -371,40 +378,63 @@ class Conversations:
         start one of its own, and summarise its prefix again). Later ones do not: the reply goes
         out while it runs, and the conversation's next request here waits for it (`find`). A
         failure then is logged (the reply is the client's already)."""
-        run = (lambda: self.save(conversation)) if work is None else work
+        job = (lambda: self.save(conversation)) if work is None else work
         key = conversation.key
-        before = self._after.get(key)
+        before = self._after.get(key, (None, None))[0]
+        with self._lock:
+            conversation.pending += 1
         if conversation.requests <= 1:
-            await self.settled(conversation)
-            await asyncio.to_thread(run)
+            try:
+                await self.settled(conversation)
+                await asyncio.to_thread(job)
+            finally:
+                self._done_after_reply(conversation)
             return
 
         async def after() -> None:
-            if before is not None:
-                await asyncio.wait([before])
             try:
-                await asyncio.to_thread(run)
+                if before is not None:
+                    await asyncio.wait([before])
+                await asyncio.to_thread(job)
             except Exception as exc:  # logged: no request is left to fail
                 log.warning(
                     "saving conversation %s failed: %s", conversation.id, one_line(str(exc))
                 )
+            finally:
+                self._done_after_reply(conversation)
 
         task = asyncio.get_running_loop().create_task(after())
-        self._after[key] = task
+        self._after[key] = (task, conversation)
 
         def done(finished: asyncio.Task[None]) -> None:
-            if self._after.get(key) is finished:
+            if self._after.get(key, (None, None))[0] is finished:
                 del self._after[key]
 
         task.add_done_callback(done)
 
-    async def settled(self, conversation: Conversation | None = None) -> None:
-        """Wait until the work after ``conversation``'s replies (every conversation's, when
-        None) is done."""
+    def _done_after_reply(self, conversation: Conversation) -> None:
+        """One piece of work after a reply of ``conversation`` ended: an archive left open for
+        it by `_evict` is closed once none is left."""
+        with self._lock:
+            conversation.pending -= 1
+            close = conversation.evicted and conversation.pending == 0
+        if close and conversation.archive is not None:
+            try:
+                conversation.archive.close()
+            except ArchiveError as exc:
+                log.warning("archive of %s: %s", conversation.id, one_line(str(exc)))
+
+    async def settled(
+        self, conversation: Conversation | None = None, *, evicted_only: bool = False
+    ) -> None:
+        """Wait until the work after ``conversation``'s replies is done (every conversation's
+        when None; with ``evicted_only``, only those dropped from memory: the others are found
+        live, not in the store)."""
         if conversation is not None:
-            pending = [t] if (t := self._after.get(conversation.key)) is not None else []
+            found = self._after.get(conversation.key)
+            pending = [found[0]] if found is not None else []
         else:
-            pending = list(self._after.values())
+            pending = [t for t, c in self._after.values() if c.evicted or not evicted_only]
         if pending:
             await asyncio.wait(pending)
 
