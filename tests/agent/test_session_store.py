@@ -571,6 +571,11 @@ def test_a_version_1_state_loads_and_its_archived_messages_stay_archived_once(
     with Archive(path) as archive:
         restored = BudgetSession(window=8_192, counter=counter, archive=archive)
         restored.apply(state)
+        # Saved again before it observes anything: the list is kept, not dropped.
+        assert restored.snapshot().archived == state.archived
         restored.observe([*messages, Message(role="user", content="message 6")])
+        again = restored.snapshot()
+        assert again.archived == frozenset() and again.archived_prefix is not None
+        assert again.archived_prefix.length == 7
     texts = [m.text for m in load_archive(path).history]
     assert texts == [f"message {i}" for i in range(7)]

@@ -944,6 +944,11 @@ class BudgetSession:
                 passed_over=self.usage_trust.passed_over,
                 owed=self._owed,
                 prefix=self._prefix,
+                # Restored from a state that listed the digests (version 1) and not observed
+                # since: they are all this session knows archived, kept as they came.
+                archived=frozenset(self._archived)
+                if not self._observed_digests and self._resumed_prefix is None
+                else frozenset(),
                 archived_prefix=self._archived_prefix(),
             )
 
