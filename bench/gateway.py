@@ -2,11 +2,14 @@
 upstream and through the gateway, side by side in one run, at ~1K / 32K / 128K-token
 conversations, 1 client and 32 concurrent, streamed and not; the JSON-parse floor beside it;
 the gateway's memory per idle conversation and after 1,000 conversations. ``--litellm`` adds
-litellm's proxy as a third target on the same upstream (issue 29).
+litellm's proxy as a target on the same upstream (issue 29). ``bare`` is the floor no gateway
+avoids: the gateway's own stack (Starlette on uvicorn, its httpx upstream client, its
+passthrough route) forwarding the body unchanged with nothing parsed, counted or saved; what
+ctxbudget adds over it is what reading the conversation costs (``--no-bare``: leave it out).
 
 Run: PYTHONPATH=$PWD/src .venv/bin/python bench/gateway.py [--sizes 1000,32000,128000]
      [--conversations 6] [--steps 10] [--concurrent 32] [--concurrent-steps 4]
-     [--litellm /path/to/venv/bin/python] [--idle 1000] [--no-write]
+     [--litellm /path/to/venv/bin/python] [--no-bare] [--idle 1000] [--no-write]
 
 Conversations: the real mini-swe-agent session in tests/data/traces (system, task, then
 assistant tool calls and their results), cycled to the size wanted with its tool-call ids
@@ -614,6 +617,34 @@ def start_gateway(
     return start_child(name, cmd, port, where, "/v1/models")
 
 
+SERVE_BARE = """
+import sys, uvicorn
+from starlette.applications import Starlette
+from starlette.routing import Route
+from ctxbudget.agent.budget_session import MemorySessionStore
+from ctxbudget.gateway.app import Gateway
+from ctxbudget.gateway.config import GatewayConfig
+upstream, port = sys.argv[1], int(sys.argv[2])
+gateway = Gateway(GatewayConfig(upstream=upstream, window=1_000_000, port=port),
+                  store=MemorySessionStore())
+methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+app = Starlette(routes=[Route("/{path:path}", gateway.forward, methods=methods)])
+uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
+            lifespan="off")
+"""
+"""The bare pass-through: `Gateway.forward` (the route every unguarded path takes: the body
+read under the cap, sent with the gateway's `Upstream` client, the reply streamed back) as
+the only route, under uvicorn as ``ctxbudget serve`` runs it. Nothing is parsed, counted,
+archived or saved: the cost of the extra HTTP hop alone."""
+
+
+def start_bare(where: Path, upstream: str) -> Child:
+    """The bare pass-through (`SERVE_BARE`) in its own process, in front of ``upstream``."""
+    port = free_port()
+    cmd = [PYTHON, "-c", SERVE_BARE, upstream, str(port)]
+    return start_child("bare", cmd, port, where, "/v1/models")
+
+
 def litellm_python(flag: str | None) -> str | None:
     """The Python whose ``litellm`` proxy to run: ``--litellm``'s, else this one's when it has
     ``litellm[proxy]`` installed, else None (the comparison is skipped, and the output says so).
@@ -923,6 +954,35 @@ def table(rows: list[dict[str, Any]], base: str) -> list[str]:
     return out
 
 
+def over_bare(rows: list[dict[str, Any]]) -> list[str]:
+    """What ctxbudget adds over the bare pass-through (the hop every gateway pays), beside the
+    parse floor: the part of its added latency that reading the conversation costs."""
+    by = {(r["size"], r["clients"], r["stream"], r["target"]): r for r in rows}
+    out = [
+        "ctxbudget over the bare pass-through (the same hop, nothing read), beside the parse "
+        "floor:",
+        "",
+        "| tokens | clients | stream | ctxbudget added p50 / p99 ms | bare added p50 / p99 ms "
+        "| ctxbudget − bare p50 / p99 ms | (ctxbudget − bare) / parse, p50 / p99 |",
+        "|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for (size, clients, stream, target), mine in by.items():
+        bare = by.get((size, clients, stream, "bare"))
+        if target != "ctxbudget" or bare is None or "added_p50_ms" not in bare:
+            continue
+        p50 = mine["added_p50_ms"] - bare["added_p50_ms"]
+        p99 = mine["added_p99_ms"] - bare["added_p99_ms"]
+        floor = mine["floor_ms"]
+        ratio = f"{p50 / floor:.1f}× / {p99 / floor:.1f}×" if floor > 0 else "—"
+        out.append(
+            f"| {mine['tokens']:,} | {clients} | {'yes' if stream else 'no'} "
+            f"| {mine['added_p50_ms']:.2f} / {mine['added_p99_ms']:.2f} "
+            f"| {bare['added_p50_ms']:.2f} / {bare['added_p99_ms']:.2f} "
+            f"| {p50:.2f} / {p99:.2f} | {ratio} |"
+        )
+    return [*out, ""] if len(out) > 4 else []
+
+
 def first_table(rows: list[dict[str, Any]], base: str) -> list[str]:
     """A new conversation's first request (the gateway counts all of it): medians."""
     out = [
@@ -1010,6 +1070,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=2, help="alternated phases, concurrent")
     parser.add_argument("--window", type=int, default=1_000_000, help="upstream and gateway")
     parser.add_argument("--litellm", metavar="PYTHON", help="a Python with litellm[proxy]")
+    parser.add_argument("--no-bare", action="store_true", help="no bare pass-through target")
     parser.add_argument(
         "--tmpfs", action="store_true", help="add a gateway with its state in /dev/shm"
     )
@@ -1040,6 +1101,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             gateway = start_gateway(where, upstream.url, args.window)
             children.append(gateway)
             targets["ctxbudget"] = gateway.url
+        if not args.no_bare and not args.direct_only:
+            bare = start_bare(where, upstream.url)
+            children.append(bare)
+            targets["bare"] = bare.url
         if args.tmpfs and not args.direct_only:
             # the same gateway with its state and archives in memory: fsync costs nothing
             # there, so the difference to the row above is what durable writes cost
@@ -1131,6 +1196,7 @@ def render(
         "",
         *first_table([r for r in rows if r["clients"] == 1], "direct"),
         "",
+        *over_bare(rows),
         "RSS at the end of the run (MB): "
         + ", ".join(f"{name} {mb:.1f}" for name, mb in rss.items()),
     ]

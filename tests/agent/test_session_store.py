@@ -21,6 +21,7 @@ from tests.agent.conversations import long_conversation
 from tests.messages.message_strategies import openai_messages
 
 from ctxbudget.agent.budget_session import (
+    ArchivedPrefix,
     BudgetSession,
     CompactedPrefix,
     MemorySessionStore,
@@ -85,13 +86,14 @@ states = st.builds(
         view=st.lists(openai_messages, max_size=4).map(tuple),
     ),
     archived=st.frozensets(digests, max_size=5),
+    archived_prefix=st.none() | st.builds(ArchivedPrefix, length=counts, digest=digests),
 )
 
 
 @given(states)
 def test_a_state_round_trips_through_its_json_form(state: SessionState) -> None:
     text = state_to_json(state)
-    assert json.loads(text)["version"] == 1
+    assert json.loads(text)["version"] == 2
     assert text.isascii()
     assert state_from_json(text) == state
     assert state_to_json(state_from_json(text)) == text  # stable: the same text again
@@ -122,7 +124,7 @@ HOSTILE = [
     ("not json {", "state: not JSON"),
     ("[1, 2]", "state: expected a JSON object, got list"),
     ('{"window": 10}', "state.version: missing"),
-    (_valid(version=2), "state.version: unknown state version 2"),
+    (_valid(version=3), "state.version: unknown state version 3"),
     (_valid(version=True), "state.version: unknown state version True"),
     (_valid(version="1"), "state.version: unknown state version '1'"),
     (_valid(window=-5), "state.window must be positive, got -5"),
@@ -151,7 +153,16 @@ HOSTILE = [
         "state.prefix.view[0].role: unknown role 'robot'",
     ),
     (_valid(prefix={"length": 2, "digest": "0" * 40}), "state.prefix.view: missing"),
-    (_valid(extra=1), "state: unknown field 'extra' in a version-1 state"),
+    (_valid(extra=1), "state: unknown field 'extra' in a version-2 state"),
+    (_valid(archived_prefix={"length": 2}), "state.archived_prefix.digest: missing"),
+    (
+        _valid(archived_prefix={"length": -1, "digest": "0" * 40}),
+        "state.archived_prefix.length: expected a non-negative integer",
+    ),
+    (
+        _valid(version=1, archived_prefix={"length": 1, "digest": "0" * 40}),
+        "state: unknown field 'archived_prefix' in a version-1 state",
+    ),
 ]
 
 
@@ -503,3 +514,68 @@ def test_a_restored_session_matches_by_digest_and_leaves_a_view_alone(
         sent = restored.prepare(request.with_messages(messages), new_turn=True)
         assert sent.messages == (*view, *more)
     assert summarizer.calls == 1  # the live session's one compaction
+
+
+# -- what a save writes, and what a load parses ---------------------------------------------------
+
+
+def test_an_unchanged_state_is_not_parsed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway loads a conversation's state before each of its requests (another instance
+    may have compacted it): the same text is not parsed again, a changed one is."""
+    import ctxbudget.agent.session_store as module
+
+    parsed: list[object] = []
+    real = module.state_from_json
+
+    def counting(text: str | bytes, path: str = "state") -> SessionState:
+        parsed.append(text)
+        return real(text, path)
+
+    monkeypatch.setattr(module, "state_from_json", counting)
+    path = tmp_path / "state.sqlite3"
+    with SqliteSessionStore(path) as store, SqliteSessionStore(path) as other:
+        store.save("conv", _state(1))
+        assert store.load("conv") == _state(1)
+        assert store.load("conv") == _state(1)
+        assert parsed == []  # the text this store wrote: known
+        other.save("conv", _state(2))  # another process's save
+        assert store.load("conv") == _state(2)
+        assert store.load("conv") == _state(2)
+        assert len(parsed) == 1
+
+
+def test_a_version_1_state_loads_and_its_archived_messages_stay_archived_once(
+    tmp_path: Path,
+) -> None:
+    """A state saved before version 2 listed every archived message's digest: it still loads,
+    and a session restored from it does not archive those messages again."""
+    from ctxbudget.agent import budget_session
+
+    messages = [
+        Message(role="user" if i % 2 == 0 else "assistant", content=f"message {i}")
+        for i in range(6)
+    ]
+    path = tmp_path / "a.jsonl"
+    counter = RequestCounter("o200k_base")
+    with Archive(path) as archive:
+        first = BudgetSession(window=8_192, counter=counter, archive=archive)
+        first.observe(messages)
+        obj = json.loads(state_to_json(first.snapshot()))
+    obj["version"] = 1
+    del obj["archived_prefix"]
+    obj["archived"] = sorted(budget_session._digest(m) for m in messages)
+    state = state_from_json(json.dumps(obj))
+    assert len(state.archived) == 6 and state.archived_prefix is None
+    with Archive(path) as archive:
+        restored = BudgetSession(window=8_192, counter=counter, archive=archive)
+        restored.apply(state)
+        # Saved again before it observes anything: the list is kept, not dropped.
+        assert restored.snapshot().archived == state.archived
+        restored.observe([*messages, Message(role="user", content="message 6")])
+        again = restored.snapshot()
+        assert again.archived == frozenset() and again.archived_prefix is not None
+        assert again.archived_prefix.length == 7
+    texts = [m.text for m in load_archive(path).history]
+    assert texts == [f"message {i}" for i in range(7)]

@@ -79,7 +79,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
@@ -117,6 +117,7 @@ __all__ = [
     "ADAPTER_META_PREFIX",
     "DEFAULT_LOCK_WAIT_S",
     "DEFAULT_MAX_COMPACTIONS_PER_TURN",
+    "ArchivedPrefix",
     "BudgetSession",
     "CompactedPrefix",
     "LockingSessionStore",
@@ -179,6 +180,17 @@ class CompactedPrefix:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ArchivedPrefix:
+    """The list `BudgetSession.observe` last went through, every message of it archived (or a
+    summary, which its compaction record holds): its length and `prefix_digest`. A restored
+    session skips the messages of a request that starts with it, and the state saved each
+    request holds two values here, not one digest per message of the history."""
+
+    length: int
+    digest: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionState:
     """A session's numbers, everything a restored session needs to decide as it would have."""
 
@@ -203,7 +215,10 @@ class SessionState:
     prefix: CompactedPrefix | None = None
     """The latest compaction's prefix and view (a restored session reuses the view)."""
     archived: frozenset[str] = frozenset()
-    """The digests of the messages already archived (a restored session does not append them
+    """The digests of messages already archived (a restored session does not append them
+    again). Saved by older versions; a session now saves `archived_prefix` instead."""
+    archived_prefix: ArchivedPrefix | None = None
+    """The last list observed, all of it archived (a restored session does not append it
     again)."""
 
 
@@ -370,6 +385,12 @@ class BudgetSession:
         self._observed: tuple[Message, ...] = ()
         """The list `observe` last went through: a list that starts with it (an agent resending
         its whole conversation) is digested from where it differs only."""
+        self._observed_digests: list[str] = []
+        """The `_digest` of each message of `_observed`, in order (its `prefix_digest` is saved
+        as `SessionState.archived_prefix`)."""
+        self._resumed_prefix: ArchivedPrefix | None = None
+        """From a restored state: the list observed last, all archived; the next `observe`
+        skips a list's messages that start with it."""
         self._compacting = threading.RLock()
         self._state = threading.RLock()
 
@@ -891,22 +912,51 @@ class BudgetSession:
         """Archive the messages not archived yet (the adapters hand over whole lists)."""
         if self.archive is None:
             return
+        messages = tuple(messages)
         with self._state:
             # Safe to skip: each message of the last list was archived then or found archived
-            # (`_archived` only grows, `apply` clears `_observed`), and an equal message has
-            # the same digest. Equality is cheap here (shared field objects compare by identity)
-            # where the digest serialises the whole message.
+            # (`_archived` only grows), and an equal message has the same digest. Equality is
+            # cheap here (shared field objects compare by identity) where the digest serialises
+            # the whole message. A plain scan: the list most often differs from the last one
+            # at its last message (the reply the usage was attached to), where a search by
+            # prefix compares (`common_prefix`) compares the whole list twice.
             seen = self._observed
-            start = 0
-            while start < min(len(seen), len(messages)) and messages[start] == seen[start]:
+            start, end = 0, min(len(seen), len(messages))
+            while start < end and (
+                messages[start] is seen[start] or messages[start] == seen[start]
+            ):
                 start += 1
+            digests = self._observed_digests[:start]
+            if start == 0 and self._resumed_prefix is not None:
+                digests = self._resumed(messages)  # a restored list: skipped whole
+                start = len(digests)
             for message in messages[start:]:
-                clean = without_adapter_meta(message)
-                key = _digest(clean)
-                if key not in self._archived and not clean.is_summary:
+                key = _digest(message)  # usage and meta left out: the adapters' keys too
+                digests.append(key)
+                if key not in self._archived and not message.is_summary:
                     self._archived.add(key)
-                    self.archive.append_message(clean)
-            self._observed = tuple(messages)
+                    self.archive.append_message(without_adapter_meta(message))
+            self._observed, self._observed_digests = messages, digests
+
+    def archived_already(self, messages: Iterable[Message]) -> None:
+        """Know ``messages`` as archived (the session's archive, reopened, holds them): `observe`
+        does not append them again, also when the state restored is older than the archive (a
+        process killed after archiving a request, before saving its state)."""
+        with self._state:
+            self._archived.update(_digest(m) for m in messages)
+
+    def _resumed(self, messages: tuple[Message, ...]) -> list[str]:
+        """After a restore (called with ``_state`` held): the digests of the leading messages
+        of ``messages`` that the restored `ArchivedPrefix` says are archived (now known
+        archived), or none when ``messages`` do not start with that list."""
+        resumed, self._resumed_prefix = self._resumed_prefix, None
+        if resumed is None or not 0 < resumed.length <= len(messages):
+            return []
+        digests = [_digest(m) for m in messages[: resumed.length]]
+        if text_digest("\n".join(digests)) != resumed.digest:
+            return []  # another list than the one archived: each message checked on its own
+        self._archived.update(digests)
+        return digests
 
     def _emit(self, kind: str, **data: Any) -> None:
         if self.on_event is not None:
@@ -933,8 +983,22 @@ class BudgetSession:
                 passed_over=self.usage_trust.passed_over,
                 owed=self._owed,
                 prefix=self._prefix,
-                archived=frozenset(self._archived),
+                # Restored from a state that listed the digests (version 1) and not observed
+                # since: they are all this session knows archived, kept as they came.
+                archived=frozenset(self._archived)
+                if not self._observed_digests and self._resumed_prefix is None
+                else frozenset(),
+                archived_prefix=self._archived_prefix(),
             )
+
+    def _archived_prefix(self) -> ArchivedPrefix | None:
+        """The list observed last, all of it archived (called with ``_state`` held)."""
+        if not self._observed_digests:
+            return self._resumed_prefix  # restored, nothing observed since: still that list
+        return ArchivedPrefix(
+            length=len(self._observed_digests),
+            digest=text_digest("\n".join(self._observed_digests)),
+        )
 
     def apply(self, state: SessionState) -> None:
         """Continue from ``state`` (its window is one this session adopted, or an archive's)."""
@@ -956,8 +1020,10 @@ class BudgetSession:
             self.usage_trust.passed_over = state.passed_over
             self._owed = state.owed
             self._prefix, self._replaced = state.prefix, ()
-            self._archived = set(state.archived)
-            self._observed = ()
+            # What this session's archive holds stays known; the state adds what it lists.
+            self._archived |= state.archived
+            self._resumed_prefix = state.archived_prefix
+            self._observed, self._observed_digests = (), []
 
     def save(self, store: SessionStore, key: str) -> bool:
         """Keep this session's state in ``store`` under ``key``; True when saved. Not in the
@@ -1009,6 +1075,11 @@ def prefix_digest(messages: Sequence[Message]) -> str:
     """The identity of a list of messages: the digest of its messages' archive identities (what
     the model reads, usage and meta left out), so a prefix handed back by a framework, or read
     from a saved state, is recognised."""
-    from ctxbudget.compaction.archive import text_digest
-
     return text_digest("\n".join(_digest(m) for m in messages))
+
+
+def text_digest(text: str) -> str:
+    """`ctxbudget.compaction.archive.text_digest` (imported late, as the archive is)."""
+    from ctxbudget.compaction.archive import text_digest as digest
+
+    return digest(text)

@@ -2,11 +2,20 @@
 it: an embedded SQLite file (the HTTP gateway's default) and Redis, shared by several gateway
 instances (`RedisSessionStore`). `open_store` opens either from a ``--state`` value.
 
-The JSON form is versioned (``"version": 1``), written with sorted keys and ASCII only (lone
-surrogates survive as escapes), and read back strictly: every field is checked, unknown fields
-and versions are refused, and any problem is one `InputError` line that names the field. The
-compacted prefix's view is stored as the archive stores messages (`message_to_record`), less the
-adapters' ``ctxbudget_`` meta keys (they map messages to one process's framework items).
+The JSON form is versioned (``"version": 2``; version 1, written before, is still read),
+written with sorted keys and ASCII only (lone surrogates survive as escapes), and read back
+strictly: every field is checked, unknown fields and versions are refused, and any problem is
+one `InputError` line that names the field. The compacted prefix's view is stored as the
+archive stores messages (`message_to_record`), less the adapters' ``ctxbudget_`` meta keys
+(they map messages to one process's framework items). What is archived is two values
+(``archived_prefix``: the length and digest of the list observed last), so what a request
+writes does not grow with the history; version 1 listed every archived message's digest
+(``archived``), still read.
+
+Both stores keep the last state each key was saved or loaded with, by its JSON text
+(`_StateMemo`): a load that reads the same text again (the gateway checks the store before each
+request of a conversation, for another instance's compaction) is not parsed again, and a save
+of the same compacted view does not serialise the view again.
 
 The SQLite store. One table ``session_state(key, json, updated_at)`` in WAL mode. The file is
 created 0600 (its directory 0700) before SQLite opens it; an existing file that others can read
@@ -35,6 +44,7 @@ import sqlite3
 import stat
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -44,6 +54,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ctxbudget.agent.budget_session import (
     DEFAULT_LOCK_WAIT_S,
+    ArchivedPrefix,
     CompactedPrefix,
     SessionState,
     SessionStore,
@@ -85,7 +96,9 @@ __all__ = [
     "state_to_json",
 ]
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+READ_VERSIONS = (1, 2)
+"""Versions `state_from_json` reads: 1 listed every archived message (``archived``)."""
 MAX_COUNT = 2**63 - 1
 """The largest count accepted: replay keeps counts as 8-byte integers; more is a corrupt file."""
 MAX_STATE_CHARS = MAX_RECORD_BYTES
@@ -120,6 +133,7 @@ _FIELDS = frozenset(
         "owed",
         "prefix",
         "archived",
+        "archived_prefix",
     }
 )
 _SHA1_HEX = frozenset("0123456789abcdef")
@@ -128,9 +142,10 @@ _SHA1_HEX = frozenset("0123456789abcdef")
 # -- the JSON form ---------------------------------------------------------------------------------
 
 
-def state_to_json(state: SessionState) -> str:
-    """``state`` as version-1 JSON text (sorted keys, ASCII): `state_from_json` reads it back
-    equal (the prefix view's ``ctxbudget_`` meta keys left out)."""
+def state_to_json(state: SessionState, *, view: list[Any] | None = None) -> str:
+    """``state`` as version-2 JSON text (sorted keys, ASCII): `state_from_json` reads it back
+    equal (the prefix view's ``ctxbudget_`` meta keys left out). ``view``: the prefix view's
+    records when the caller has them already (`view_records`)."""
     prefix = state.prefix
     obj: dict[str, Any] = {
         "version": STATE_VERSION,
@@ -153,10 +168,16 @@ def state_to_json(state: SessionState) -> str:
         else {
             "length": prefix.length,
             "digest": prefix.digest,
-            "view": [message_to_record(without_adapter_meta(m)) for m in prefix.view],
+            "view": view_records(prefix) if view is None else view,
         },
-        "archived": sorted(state.archived),
     }
+    if state.archived:  # a state restored from version 1 and not observed since
+        obj["archived"] = sorted(state.archived)
+    if state.archived_prefix is not None:
+        obj["archived_prefix"] = {
+            "length": state.archived_prefix.length,
+            "digest": state.archived_prefix.digest,
+        }
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
     if len(text) > MAX_STATE_CHARS:
         raise InputError(
@@ -164,6 +185,11 @@ def state_to_json(state: SessionState) -> str:
             "keeps; its compacted view holds messages too large to save"
         )
     return text
+
+
+def view_records(prefix: CompactedPrefix) -> list[Any]:
+    """The records the JSON form stores ``prefix``'s view as."""
+    return [message_to_record(without_adapter_meta(m)) for m in prefix.view]
 
 
 def state_from_json(text: str | bytes, path: str = "state") -> SessionState:
@@ -178,15 +204,17 @@ def state_from_json(text: str | bytes, path: str = "state") -> SessionState:
         fail(path, f"not JSON ({_first_line(exc)})")
     obj = as_object(value, path)
     version = required(obj, "version", path)
-    if type(version) is not int or version != STATE_VERSION:
+    if type(version) is not int or version not in READ_VERSIONS:
         fail(
             join(path, "version"),
-            f"unknown state version {shown(version)}; this ctxbudget reads version "
-            f"{STATE_VERSION} (a state from a newer ctxbudget needs that version)",
+            f"unknown state version {shown(version)}; this ctxbudget reads versions "
+            f"{READ_VERSIONS[0]} to {READ_VERSIONS[-1]} (a state from a newer ctxbudget needs "
+            "that version)",
         )
-    unknown = sorted(set(obj) - _FIELDS)
+    known = _FIELDS if version == 2 else _FIELDS - {"archived_prefix"}
+    unknown = sorted(set(obj) - known)
     if unknown:
-        fail(path, f"unknown field {shown(unknown[0])} in a version-{STATE_VERSION} state")
+        fail(path, f"unknown field {shown(unknown[0])} in a version-{version} state")
     try:
         window = validate_window(required(obj, "window", path), join(path, "window"))
     except ConfigError as exc:  # the window's own checks, as an input error
@@ -217,6 +245,7 @@ def state_from_json(text: str | bytes, path: str = "state") -> SessionState:
             _sha1(d, join(join(path, "archived"), i))
             for i, d in enumerate(_list(obj, "archived", path))
         ),
+        archived_prefix=_optional(obj, "archived_prefix", path, _archived_prefix),
     )
 
 
@@ -301,6 +330,14 @@ def _gap(value: object, path: str) -> PromptGap:
     )
 
 
+def _archived_prefix(value: object, path: str) -> ArchivedPrefix:
+    obj = as_object(value, path)
+    return ArchivedPrefix(
+        length=_int(required(obj, "length", path), join(path, "length")),
+        digest=_sha1(required(obj, "digest", path), join(path, "digest")),
+    )
+
+
 def _prefix(value: object, path: str) -> CompactedPrefix:
     obj = as_object(value, path)
     view = as_list(required(obj, "view", path), join(path, "view"))
@@ -309,6 +346,81 @@ def _prefix(value: object, path: str) -> CompactedPrefix:
         digest=_sha1(required(obj, "digest", path), join(path, "digest")),
         view=tuple(message_from_record(m, join(join(path, "view"), i)) for i, m in enumerate(view)),
     )
+
+
+# -- what each store read or wrote last ----------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Remembered:
+    text: str | bytes
+    """The state's JSON text as the store holds it."""
+    state: SessionState
+    view: list[Any] | None
+    """``state.prefix``'s view records (`view_records`), when made."""
+
+
+class _StateMemo:
+    """The last state each key was saved or loaded with, by its JSON text, least recently used
+    dropped past ``max_chars`` of text: a load of unchanged text returns the state read before
+    (states are frozen values), and a save whose compacted prefix is the one remembered reuses
+    its view's records."""
+
+    def __init__(self, max_chars: int = 64 * 2**20) -> None:
+        self.max_chars = max_chars
+        self._entries: OrderedDict[str, _Remembered] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def loaded(self, key: str, text: str | bytes) -> SessionState | None:
+        """The state remembered for ``key`` when its text is ``text``, else None."""
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None or found.text != text:
+                return None
+            self._entries.move_to_end(key)
+            return found.state
+
+    def view(self, key: str, state: SessionState) -> list[Any] | None:
+        """The view records of ``state.prefix`` when they are remembered for ``key``."""
+        with self._lock:
+            found = self._entries.get(key)
+        if found is None or found.state.prefix is not state.prefix:
+            return None
+        return found.view
+
+    def remember(
+        self, key: str, text: str | bytes, state: SessionState, view: list[Any] | None = None
+    ) -> None:
+        """Keep ``state`` as ``key``'s, read from or written as ``text``."""
+        if len(text) > self.max_chars:
+            self.forget(key)
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._chars -= len(old.text)
+            self._entries[key] = _Remembered(text, state, view)
+            self._chars += len(text)
+            while self._chars > self.max_chars:
+                _, dropped = self._entries.popitem(last=False)
+                self._chars -= len(dropped.text)
+
+    def forget(self, key: str) -> None:
+        """Drop what is remembered for ``key``."""
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._chars -= len(old.text)
+
+
+def _to_json(memo: _StateMemo, key: str, state: SessionState) -> tuple[str, list[Any] | None]:
+    """``state`` as JSON text, the view's records reused from ``memo`` when its compacted
+    prefix is the one remembered for ``key``; with the records used."""
+    view = memo.view(key, state)
+    if view is None and state.prefix is not None:
+        view = view_records(state.prefix)
+    return state_to_json(state, view=view), view
 
 
 # -- the SQLite store ------------------------------------------------------------------------------
@@ -329,6 +441,7 @@ class SqliteSessionStore:
         self.path = Path(default_state_path() if path is None else path)
         _create_private(self.path)
         self._lock = threading.Lock()
+        self._memo = _StateMemo()
         try:
             self._db = sqlite3.connect(
                 self.path,
@@ -364,14 +477,20 @@ class SqliteSessionStore:
         text = row[0]
         if not isinstance(text, str | bytes):
             raise InputError(f"{self.path}: the state of {key!r} is not text; save it again")
+        known = self._memo.loaded(key, text)
+        if known is not None:
+            return known
         try:
-            return state_from_json(text, f"{self.path}[{key!r}]")
+            state = state_from_json(text, f"{self.path}[{key!r}]")
         except InputError as exc:
             raise InputError(_first_line(exc)) from None
+        self._memo.remember(key, text, state)
+        return state
 
     def save(self, key: str, state: SessionState) -> None:
         """Keep ``state`` under ``key``, replacing what was there, in one transaction."""
-        text = state_to_json(state)
+        text, view = _to_json(self._memo, key, state)
+        self._memo.forget(key)  # remembered again once written
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -387,6 +506,7 @@ class SqliteSessionStore:
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise self._error(exc) from None
+        self._memo.remember(key, text, state, view)
 
     def keys(self) -> list[str]:
         """The keys saved, sorted."""
@@ -477,6 +597,7 @@ class RedisSessionStore:
         self.lock_ttl = _seconds("lock_ttl", lock_ttl, url)
         self.lock_wait = _seconds("lock_wait", lock_wait, url, zero=True)
         self._prefix = f"{namespace}:"
+        self._memo = _StateMemo()
         from redis.backoff import ExponentialBackoff
         from redis.retry import Retry
 
@@ -507,17 +628,25 @@ class RedisSessionStore:
             return None
         if not isinstance(text, bytes):  # pragma: no cover - the client returns bytes
             raise InputError(f"{self.url}[{key!r}]: the state is not text; save it again")
+        known = self._memo.loaded(key, text)
+        if known is not None:
+            return known
         try:
-            return state_from_json(text, f"{self.url}[{key!r}]")
+            state = state_from_json(text, f"{self.url}[{key!r}]")
         except InputError as exc:
             raise InputError(_first_line(exc)) from None
+        self._memo.remember(key, text, state)
+        return state
 
     def save(self, key: str, state: SessionState) -> None:
         """Keep ``state`` under ``key`` (one ``SET``: a reader sees the old state or the new
         one), expiring after the idle time."""
-        text = state_to_json(state)
+        text, view = _to_json(self._memo, key, state)
+        data = text.encode("ascii")
+        self._memo.forget(key)  # remembered again once written
         with self._errors("cannot save a state"):
-            self._client.set(self._state_key(key), text.encode("ascii"), px=_ms(self.idle_ttl))
+            self._client.set(self._state_key(key), data, px=_ms(self.idle_ttl))
+        self._memo.remember(key, data, state, view)
 
     def keys(self) -> list[str]:
         """The keys saved (and not expired), sorted."""

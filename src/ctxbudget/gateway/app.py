@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import hmac
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -166,8 +168,10 @@ class Gateway:
         return self._conversations
 
     async def aclose(self) -> None:
-        """Close the archives, the store and the upstream client."""
+        """Close the archives, the store and the upstream client (once every reply's state is
+        saved)."""
         if self._conversations is not None:
+            await self._conversations.settled()
             self._conversations.close()
         await self.upstream.aclose()
         close = getattr(self.store, "close", None)
@@ -296,7 +300,9 @@ class Gateway:
             usage = api.usage(result.json)
             if usage is not None:
                 conversation.memory.usage = session.record(usage, prompt_tokens=result.tokens)
-        await asyncio.to_thread(conversations.save, conversation)
+        # Fsync and state save after the reply, off its path; the conversation's next request
+        # waits for them (`Conversations.find`).
+        await conversations.after_reply(conversation)
         timer.done(
             outcome if result.status < 400 else "upstream_error",
             result.status,
@@ -429,8 +435,10 @@ class Gateway:
                     forwarded=forwarded,
                     compacted=compacted,
                 )
-                await asyncio.to_thread(
-                    self._streamed, conversations, conversation, result, usage, stop
+                # After the last byte, off the reply's path; the next request waits for it.
+                await conversations.after_reply(
+                    conversation,
+                    lambda: self._streamed(conversations, conversation, result, usage, stop),
                 )
 
     def _streamed(
@@ -727,6 +735,22 @@ def _mock_transport(config: GatewayConfig) -> httpx.AsyncBaseTransport:
     return httpx.ASGITransport(app=mock_app(provider))
 
 
+_frozen = threading.Event()
+
+
+def freeze_startup_objects() -> None:
+    """Once a process: take what is alive at start-up (modules, classes, the imported
+    packages' tables, ~100,000 objects) out of the cyclic garbage collector's walks
+    (`gc.freeze`). Each full collection walked them all, ~30 ms with the GIL held, a pause for
+    whichever request it fell on (the gateway's p99 at 128K tokens). They live as long as the
+    process; what requests make later is collected as before."""
+    if _frozen.is_set():
+        return
+    _frozen.set()
+    gc.collect()
+    gc.freeze()
+
+
 def create_app(
     config: GatewayConfig,
     *,
@@ -748,6 +772,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        freeze_startup_objects()
         yield
         await gateway.aclose()
 

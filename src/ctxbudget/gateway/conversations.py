@@ -32,9 +32,22 @@ what its instance archived, and ``ctxbudget replay FOLDER`` reads them all. A fi
 by lock, not by a configured instance id: a restarted instance finds its files again and two
 instances never need telling apart. A request never fails because of its archive: when no file
 can be opened (every candidate busy, a folder not writable, a file that is not an archive) the
-conversation goes on unarchived, with a warning in the log. Records are written as they come
-and fsynced once a request, before its state is saved (`Conversations.save`): a killed gateway
-loses none; a machine that stops loses at most the records of the requests then in flight.
+conversation goes on unarchived, with a warning in the log.
+
+Durability, and what a reply waits for. Records are written as they come (before the reply:
+a killed gateway loses none written). They are fsynced once a request, and only then is the
+conversation's state saved (`Conversations.save`): the state never says a message is archived
+that a stopped machine could lose. Both run after the reply, off its path (`after_reply`),
+except for a conversation's first request here, which waits for them (the state saved is what
+another instance sharing the store finds the conversation by); the conversation's next request
+here waits until they are done before it looks anything up (`find`, `settled`). A compaction is
+saved when it is made, under the store's lock (`BudgetSession.compact`), before the request it
+compacts is forwarded, so another instance never makes it again. What this trades: a gateway
+killed in the milliseconds between a reply and its save restarts from the state before that
+reply (the numbers of one step; nothing archived twice: what a reopened archive holds is known
+archived); a machine that stops loses at most the records of the requests in flight or whose
+fsync had not run yet; another instance may take a conversation's next request up with the
+state of the step before (compactions are never missed: they are saved when made).
 """
 
 from __future__ import annotations
@@ -93,10 +106,12 @@ def item_chain(api: str, head: Any, items: Sequence[Any]) -> list[bytes]:
         api.encode() + b"\0" + orjson.dumps(head, option=orjson.OPT_SORT_KEYS), digest_size=16
     ).digest()
     out: list[bytes] = []
+    blake2b, dumps, sort_keys = hashlib.blake2b, orjson.dumps, orjson.OPT_SORT_KEYS
     for item in items:
-        state = hashlib.blake2b(
-            state + orjson.dumps(item, option=orjson.OPT_SORT_KEYS), digest_size=16
-        ).digest()
+        # The same digest as blake2b(state + item's JSON), without copying the two together.
+        step = blake2b(state, digest_size=16)
+        step.update(dumps(item, option=sort_keys))
+        state = step.digest()
         out.append(state)
     return out
 
@@ -120,6 +135,11 @@ class Conversation:
     """What the client's own list counted, before any compaction (0 when not counted)."""
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
+    pending: int = 0
+    """Work after its replies (`Conversations.after_reply`) started and not ended."""
+    evicted: bool = False
+    """Dropped from memory (`Conversations._evict`): its archive closes once nothing is
+    pending."""
 
     @property
     def key(self) -> str:
@@ -171,6 +191,8 @@ class Conversations:
         """Live conversations by key, least recently used first."""
         self._by_endpoint: dict[bytes, Conversation] = {}
         self._lock = threading.Lock()
+        self._after: dict[str, tuple[asyncio.Task[None], Conversation]] = {}
+        """Each conversation's work after its reply (`after_reply`), by key, while it runs."""
 
     # -- finding ---------------------------------------------------------------------------------
 
@@ -190,7 +212,10 @@ class Conversations:
             else:
                 found = None
         if found is None:
+            # A conversation dropped from memory is found in the store: once its save is in.
+            await self.settled(evicted_only=True)
             return await asyncio.to_thread(self._resume_or_create, api, parsed, chain)
+        await self.settled(found)  # its last reply's usage recorded, its state saved
         await asyncio.to_thread(self._refresh, found)
         return found
 
@@ -208,6 +233,7 @@ class Conversations:
         live session's, else one in the store), else ``parsed.request`` as it came."""
         chain = item_chain(api, parsed.head, parsed.translated.items)
         messages = parsed.request.messages
+        await self.settled(evicted_only=True)
         with self._lock:
             live = next((c for d in reversed(chain) if (c := self._by_endpoint.get(d))), None)
         if live is not None:
@@ -253,6 +279,10 @@ class Conversations:
                 key = f"{api}:{conversation_id}-{suffix}"
             conversation_id = key.split(":", 1)[1]
             session = self._session(parsed, f"{api}-{conversation_id}", key)
+            if session.archive is not None:
+                # What the reopened file holds is archived, whatever the state says: a state
+                # saved after a reply may be one request behind its archive (see `after_reply`).
+                session.archived_already(session.archive.resumed.history)
             if state is not None:
                 session.apply(state)
             elif session.archive is not None and "window" not in session.archive.resumed.meta:
@@ -321,8 +351,9 @@ class Conversations:
             _, old = self._live.popitem(last=False)
             if old.endpoint is not None and self._by_endpoint.get(old.endpoint) is old:
                 del self._by_endpoint[old.endpoint]
-            if old.archive is not None:
-                old.archive.close()
+            old.evicted = True
+            if old.archive is not None and not old.pending:
+                old.archive.close()  # else once its save is done (`_done_after_reply`)
 
     # -- after a request ---------------------------------------------------------------------------
 
@@ -350,11 +381,78 @@ class Conversations:
             conversation.requests += 1
             conversation.updated = time.time()
 
+    async def after_reply(self, conversation: Conversation, work: Any = None) -> None:
+        """Run ``work`` (default: `save`) for ``conversation`` in a worker thread, once the work
+        after its previous reply is done. Its first request here waits for it: the state saved
+        is what another instance sharing the store finds the conversation by (else it would
+        start one of its own, and summarise its prefix again). Later ones do not: the reply goes
+        out while it runs, and the conversation's next request here waits for it (`find`). A
+        failure then is logged (the reply is the client's already)."""
+        job = (lambda: self.save(conversation)) if work is None else work
+        key = conversation.key
+        before = self._after.get(key, (None, None))[0]
+        with self._lock:
+            conversation.pending += 1
+        if conversation.requests <= 1:
+            try:
+                await self.settled(conversation)
+                await asyncio.to_thread(job)
+            finally:
+                self._done_after_reply(conversation)
+            return
+
+        async def after() -> None:
+            try:
+                if before is not None:
+                    await asyncio.wait([before])
+                await asyncio.to_thread(job)
+            except Exception as exc:  # logged: no request is left to fail
+                log.warning(
+                    "saving conversation %s failed: %s", conversation.id, one_line(str(exc))
+                )
+            finally:
+                self._done_after_reply(conversation)
+
+        task = asyncio.get_running_loop().create_task(after())
+        self._after[key] = (task, conversation)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            if self._after.get(key, (None, None))[0] is finished:
+                del self._after[key]
+
+        task.add_done_callback(done)
+
+    def _done_after_reply(self, conversation: Conversation) -> None:
+        """One piece of work after a reply of ``conversation`` ended: an archive left open for
+        it by `_evict` is closed once none is left."""
+        with self._lock:
+            conversation.pending -= 1
+            close = conversation.evicted and conversation.pending == 0
+        if close and conversation.archive is not None:
+            try:
+                conversation.archive.close()
+            except ArchiveError as exc:
+                log.warning("archive of %s: %s", conversation.id, one_line(str(exc)))
+
+    async def settled(
+        self, conversation: Conversation | None = None, *, evicted_only: bool = False
+    ) -> None:
+        """Wait until the work after ``conversation``'s replies is done (every conversation's
+        when None; with ``evicted_only``, only those dropped from memory: the others are found
+        live, not in the store)."""
+        if conversation is not None:
+            found = self._after.get(conversation.key)
+            pending = [found[0]] if found is not None else []
+        else:
+            pending = [t for t, c in self._after.values() if c.evicted or not evicted_only]
+        if pending:
+            await asyncio.wait(pending)
+
     def save(self, conversation: Conversation) -> None:
         """Fsync the request's archive records, then save the conversation's state (blocking:
-        call it from a worker thread); a state older than a compaction another instance saved
-        is not written over it. The fsync comes first: the state lists the messages already
-        archived, which a resumed session does not append again."""
+        call it from a worker thread, `after_reply` does); a state older than a compaction
+        another instance saved is not written over it. The fsync comes first: the state says
+        which messages are archived, which a resumed session does not append again."""
         if conversation.archive is not None:
             try:
                 conversation.archive.sync()
