@@ -20,6 +20,7 @@ for it (``Authorization: Bearer KEY`` or ``x-api-key: KEY``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import hmac
@@ -77,6 +78,8 @@ DEFAULT_APIS: tuple[WireApi, ...] = (CHAT, RESPONSES, MESSAGES)
 """The wire APIs served when `create_app` is given none: Chat Completions (Pi, OpenCode),
 Responses (Codex), Anthropic Messages (Claude Code)."""
 STATUS_PATH = "/ctxbudget/status"
+STATUS_SETTLE_S = 1.0
+"""The longest a status read waits for the work after replies that just ended."""
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 CLAMPED_HEADER = "x-ctxbudget-max-tokens-clamped"
 _MOCK_WINDOW = 8192
@@ -545,6 +548,12 @@ class Gateway:
         except _Refused as exc:
             return _error(CHAT, exc.status, exc.kind, str(exc))
         conversations = self._conversations
+        if conversations is not None:
+            # A reply's numbers (its usage, a window a truncation showed) are recorded just after
+            # it ends (`Conversations.after_reply`): a status read waits for that work, briefly,
+            # so it shows what the conversation's next request will see.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(conversations.settled(), STATUS_SETTLE_S)
         return JSONResponse(
             {
                 "upstream": self.upstream.shown(),
