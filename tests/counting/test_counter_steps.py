@@ -10,13 +10,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import pytest
-from hypothesis import Phase, assume, find, given, settings
+from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 from tests.counting.strategies import messages
 
 from ctxbudget.counting import RequestCounter, count_request
-from ctxbudget.counting.qwen import QwenScheme, last_query_index
-from ctxbudget.counting.select import choose_scheme
+from ctxbudget.counting.qwen import last_query_index
 from ctxbudget.messages.model import (
     ImagePart,
     Message,
@@ -241,68 +240,9 @@ def test_a_step_is_an_estimate_exactly_while_an_image_is_in_the_request(counter_
     assert kinds == [exact, "estimate", "estimate", "estimate", exact, exact]
 
 
-def _qwen3() -> QwenScheme:
-    scheme = choose_scheme("qwen3")
-    assert isinstance(scheme, QwenScheme)
-    return scheme
-
-
-@settings(max_examples=400)
-@given(
-    conversation=st.lists(replies | messages() | turns, min_size=1, max_size=8),
-    new=replies | messages() | turns,
-)
-def test_the_append_step_is_the_general_rules_for_the_two_messages_it_touches(
-    conversation: list[Message], new: Message
-) -> None:
-    """``append_step`` decides in one call what ``pivot``, ``flags`` and ``body`` decide for
-    an append (the counter's usual step); where it answers, it answers as they do."""
-    scheme = _qwen3()
-    old, grown = tuple(conversation), (*conversation, new)
-    assume(scheme.body(old[-1]) is not None)  # its precondition: the old last one has a body
-    before = scheme.pivot(old)
-    step = scheme.append_step(grown, before)
-    if step is not None:
-        pivot = scheme.pivot(grown)
-        flags = scheme.flags(grown, 0, pivot)
-        assert step == (pivot, *flags[-2:], scheme.body(new))
-        # and the step touches two messages because no other one's flags change
-        assert flags[:-2] == scheme.flags(old, 0, before)[:-1]
-
-
-@pytest.mark.parametrize(
-    ("history", "new"),
-    [
-        ((QUERY, PLAIN), USER),  # a new query after a reply
-        ((QUERY,), PLAIN),  # a reply
-        ((QUERY, CALLING), TOOL),  # a tool result after a call
-        ((QUERY, CALLING, TOOL), TOOL),  # a second result
-        ((QUERY, CALLING, TOOL), PLAIN),  # the reply after the results
-        ((QUERY, CALLING), CALLING),  # a reply with a call: its body holds the call
-    ],
-)
-def test_a_loops_usual_step_takes_the_one_call_path(
-    history: tuple[Message, ...], new: Message, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The step after each usual turn runs ``append_step`` alone: the general rules are not
-    called (they raise here), and the count is a full count's."""
-    request = Request(messages=history)
-    grown = request.append(new)
-    expected = count_request(grown, "qwen3")
-    counter = RequestCounter("qwen3")
-    counter.count(request)
-
-    def general(*_: object) -> None:
-        raise AssertionError("the general step ran")
-
-    for rule in ("pivot", "flags"):
-        monkeypatch.setattr(QwenScheme, rule, general)
-    assert counter.count(grown) == expected
-
-
-def test_a_new_query_two_replies_after_the_last_one_takes_the_general_step() -> None:
+def test_a_new_query_two_replies_after_the_last_one_recounts_the_reasoning_reply() -> None:
     """A reasoning reply before the old last message loses its ``<think>`` when a query comes:
-    more than the two messages an append step touches, so the general step counts it."""
+    a step counts more than the old last message and the new one."""
     reasoned = Message(role="assistant", content="Done.", reasoning="Check first.")
     request = Request(messages=(QUERY, reasoned, PLAIN))
     counter = RequestCounter("qwen3")
