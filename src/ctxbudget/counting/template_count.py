@@ -28,17 +28,18 @@ from ctxbudget.counting.hf import (
 from ctxbudget.counting.result import PerMessage, RequestCount, RunningCounts, new_count
 from ctxbudget.counting.sandbox import Limits, run_bounded
 from ctxbudget.counting.template_build import splitter
-from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allowed, unobserved
-from ctxbudget.counting.template_input import message_dict, template_tools
-from ctxbudget.counting.template_loop import (
-    LOOP_MARKER,
-    ListVersion,
-    LoopMemo,
-    LoopPlan,
-    plan_loop,
+from ctxbudget.counting.template_frame import (
+    Frame,
+    Observed,
+    Reads,
+    frame_allowed,
+    suffix_start,
+    unobserved,
 )
+from ctxbudget.counting.template_input import message_dict, template_tools
+from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
 from ctxbudget.errors import InputError
-from ctxbudget.messages.model import Change, Message, Request, alike, same
+from ctxbudget.messages.model import NOTHING_KEPT, Change, Message, Request, same
 from ctxbudget.tokens.base import CounterKind
 from ctxbudget.tokens.registry import ExactTokenizer
 
@@ -106,11 +107,18 @@ class PieceCache:
             self.unchanged = head + common
         return listed
 
-    def list_version(self, start: int) -> ListVersion:
-        """The version of ``listed[start:]`` now, for ``LoopMemo``."""
-        return ListVersion(
-            (self.version, start), (self.version - 1, start), max(0, self.unchanged - start)
-        )
+    def same_since(self, seen: tuple[int, int] | None) -> int:
+        """How many leading items of ``listed`` are the very objects they were when a loop
+        last ran (``LoopMemo.seen``): the kept ones when that was the version before, else 0."""
+        return self.unchanged if seen is not None and seen[0] == self.version - 1 else 0
+
+    def kept_in_loop(self, seen: tuple[int, int] | None, start: int) -> int:
+        """How many leading items of ``listed[start:]`` are the very items a loop was given
+        when it last ran (``LoopMemo.seen``): 0 unless it ran on the version before, on the
+        list from the same ``start``."""
+        if seen is None or seen[1] != start:
+            return 0
+        return max(0, self.same_since(seen) - start)
 
     def suffix(self, start: int) -> list[dict[str, Any]]:
         """``listed[start:]``: ``listed`` or ``dicts`` themselves where it is one of them."""
@@ -120,8 +128,10 @@ class PieceCache:
             return self.dicts
         return self.listed[start:]
 
-    def template_tools(self, request: Request) -> list[dict[str, Any]] | None:
-        if self.tool_specs is None or not alike(self.tool_specs, request.tools):
+    def template_tools(self, request: Request, same_head: bool) -> list[dict[str, Any]] | None:
+        """The tools' template dicts: the same list while the head is the same
+        (``Change.same_head``)."""
+        if not same_head or self.tool_specs is None:
             self.tool_specs, self.tools = request.tools, template_tools(request)
             self.tools_key = repr(self.tools)
         return self.tools
@@ -219,15 +229,15 @@ class TemplateScheme:
             counts.update(zip(new, self.tokenizer.count_special_many(new), strict=True))
         return counts
 
-    def count(
-        self, request: Request, cache: PieceCache | None = None, kept: int = 0
-    ) -> RequestCount:
-        """The exact total with a per-part breakdown that adds up to it; ``cache`` holds what
-        the count of an earlier request left, whose first ``kept`` messages ``request`` has."""
-        if cache is None:
-            cache, kept = PieceCache(), 0
-        messages = cache.template_messages(request, kept)
-        tools = cache.template_tools(request)
+    def count(self, request: Request) -> RequestCount:
+        """The exact total with a per-part breakdown that adds up to it, with nothing kept."""
+        return self.count_from(request, PieceCache(), NOTHING_KEPT)
+
+    def count_from(self, request: Request, cache: PieceCache, change: Change) -> RequestCount:
+        """The count of ``request``; ``cache`` holds what the count of the request before
+        left, and ``change`` says what differs from it."""
+        messages = cache.template_messages(request, change.kept)
+        tools = cache.template_tools(request, change.same_head)
         source = self.source(tools)
         chars = cache.input_chars(request)  # the sandbox's limits grow with the input
         plan = plan_loop(source) if self.memoise_loop else None
@@ -267,35 +277,33 @@ class TemplateScheme:
             memo.run = memo.callback(
                 plan, functools.partial(self._measure, cache), splitter(self.tokenizer)
             )
-        run = memo.run
-        frame = memo.frame
-        if frame is not None and frame.reusable(messages, tools, strftime_now):
+        run, frame, seen = memo.run, memo.frame, memo.seen
+        memo.seen = None  # until the loop has run
+        n = len(messages)
+        if frame is not None and frame.reusable(n, cache.same_since(seen), tools, strftime_now):
             # The head and tail would render as last time: run the loop alone.
-            version = None
-
-            def kept(start: int) -> list[dict[str, Any]]:
-                nonlocal version
-                version = cache.list_version(start)
-                return cache.suffix(start)
+            start = frame.suffix_start(n)
 
             def guard(call: Callable[[], None]) -> None:
                 run_template_code(lambda: run_bounded(call, Limits(input_chars=chars)))
 
-            loop_input = frame.loop_input(messages, kept)
+            loop_input = frame.loop_input(messages, cache.suffix)
+            known = cache.kept_in_loop(seen, start) if start is not None else 0
             # Texts built from proven shapes and their tokenising fail as a render would.
             run_template_code(
                 lambda: run(
                     loop_input,
                     frame.body,
                     frame.outer,  # a tuple: the memo keeps it, and knows it the next step
+                    known,
                     kept=True,
                     guard=guard,
-                    version=version,
                 )
             )
+            memo.seen = None if start is None else (cache.version, start)
         else:
             limits = Limits(input_chars=chars)
-            frame = self._render_frame(plan, source, messages, tools, cache, limits, run)
+            frame = self._render_frame(plan, source, messages, tools, cache, limits, seen)
             if frame is None:
                 return None
         return self._loop_result(source, request, messages, tools, cache, memo, frame)
@@ -357,19 +365,24 @@ class TemplateScheme:
         tools: Any,
         cache: PieceCache,
         limits: Limits,
-        run: Any,
+        seen: tuple[int, int] | None,
     ) -> Frame | None:
         """Render the template with its loop memoised, watching what the head and tail read
-        of ``messages``; the frame is kept in the memo when a later step may reuse it."""
+        of ``messages``; the frame is kept in the memo when a later step may reuse it.
+        ``seen``: the memo's ``seen`` before this count."""
         memo = cache.loops[source]
         memo.frame = None
-        reads = Reads()
+        reads = Reads(len(messages))
         called: list[tuple[tuple[slice, ...] | None, Any, tuple[Any, ...]]] = []
 
         def loop(view: Any, body: Any, outer: list[Any]) -> str:
             items, path = unobserved(view)
             called.append((path, body, tuple(outer)))
-            return str(run(items, body, outer))
+            start = None if path is None else suffix_start(len(messages), path)
+            known = 0 if start is None else cache.kept_in_loop(seen, start)
+            text = str(memo.run(items, body, outer, known))
+            memo.seen = None if start is None else (cache.version, start)
+            return text
 
         text = self.render(
             Observed(messages, reads),
@@ -472,7 +485,7 @@ class TemplateCounts:
 
     def count(self, request: Request, change: Change) -> RequestCount:
         """The count of ``request``, rendering and tokenising what changed."""
-        result = self.scheme.count(request, self.cache, change.kept)
+        result = self.scheme.count_from(request, self.cache, change)
         self.cache.trim()
         return result
 
