@@ -13,7 +13,7 @@ from tests.counting.test_hf import _build_folder
 import ctxbudget.counting.template_count as template_count
 from ctxbudget.counting import RequestCounter, count_request
 from ctxbudget.counting.sandbox import Limits
-from ctxbudget.counting.template_frame import Frame, Observed, Reads
+from ctxbudget.counting.template_frame import Frame, Observed, Reads, suffix_start
 from ctxbudget.counting.template_loop import plan_loop
 from ctxbudget.errors import InputError
 from ctxbudget.messages.model import Message, Request
@@ -180,9 +180,8 @@ def test_observed_records_reads_by_path() -> None:
     assert not frame.reusable(3, 2, None, str)  # another last dict
     assert not frame.reusable(4, 4, None, str)  # messages[1:] longer
     assert not frame.reusable(3, 3, [], str)  # other tools
-    assert frame.loop_input([a, b, c, b]) == [b, c, b]  # messages[1:] of the new list
-    kept = [b, c, b]  # a list the caller keeps, equal to messages[1:]: given, not copied
-    assert frame.loop_input([a, *kept], lambda k: kept if k == 1 else []) is kept
+    assert suffix_start(4, frame.view) == 1  # its loop is given messages[1:]
+    assert suffix_start(4, (slice(1, -1),)) is None  # not a suffix: no memoised loop
 
 
 @pytest.mark.parametrize(

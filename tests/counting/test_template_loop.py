@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -93,21 +93,12 @@ def test_a_step_renders_and_tokenises_only_the_new_message(
         assert got == count_request(request, counter)
 
 
-class _Unwalked(list[dict[str, str]]):
-    """A list that refuses to be iterated: what a search must skip, it must not step through."""
-
-    def __iter__(self) -> Iterator[dict[str, str]]:
-        raise AssertionError("the items known the same were stepped through")
-
-
 def test_the_first_stale_position_follows_the_kept_prefix_and_compares_nothing() -> None:
     """The first ``known`` items are the very ones of the last run (the request's kept
-    prefix): the loop renders from the one after them, and no item is compared or stepped
-    through (thousands of messages at every count of an edited request)."""
+    prefix): the loop renders from the one after them; the memo keeps no items to compare."""
     plan = plan_loop(LOCAL)
     assert plan is not None
-    items = [{"role": "user", "content": str(i)} for i in range(6)]
-    memo = LoopMemo(items=_Unwalked(items), outer=(), texts=["text"] * 6)
+    memo = LoopMemo(outer=(), texts=["text"] * 6)
     assert memo._first_stale(plan, 6, (), known=4) == 4  # item 4 edited
     assert memo._first_stale(plan, 7, (), known=6) == 5  # an append: ``loop.last`` moves
     assert memo._first_stale(plan, 6, ("other",), known=6) == 0  # other values from the head

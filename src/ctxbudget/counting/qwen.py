@@ -201,16 +201,6 @@ def qwen3_flags(messages: Sequence[Message], start: int, pivot: int) -> list[Has
     return flags
 
 
-def qwen3_message(message: Message, flags: Hashable) -> str:
-    """One message rendered as qwen3.jinja renders it, given its flags."""
-    assert isinstance(flags, tuple)
-    if message.role == "assistant":
-        return qwen3_assistant(message, *flags)
-    if message.role == "tool":
-        return _tool_message(message, *flags)
-    return _turn(message.role, message_text(message))
-
-
 def qwen3_generation(enable_thinking: bool = True) -> str:
     """The generation prompt; ``enable_thinking=False`` adds an empty think block."""
     return "<|im_start|>assistant\n" + ("" if enable_thinking else NO_THINKING)
@@ -247,16 +237,6 @@ def qwen25_flags(messages: Sequence[Message], start: int, pivot: int) -> list[Ha
     ]
 
 
-def qwen25_message(message: Message, flags: Hashable) -> str:
-    """One message rendered as qwen2.5.jinja renders it."""
-    assert isinstance(flags, tuple)
-    if message.role == "assistant":
-        return qwen25_assistant(message)
-    if message.role == "tool":
-        return _tool_message(message, *flags)
-    return _turn(message.role, message_text(message))
-
-
 # --- the scheme ------------------------------------------------------------------------------
 
 
@@ -275,7 +255,8 @@ class QwenTemplate:
     head: Callable[[Request], tuple[str, str]]
     pivot: Callable[[Sequence[Message], int, int], int]
     flags: Callable[[Sequence[Message], int, int], list[Hashable]]
-    message: Callable[[Message, Hashable], str]
+    assistant: Callable[..., str]
+    """An assistant turn, given the message and its flags."""
     generation: Callable[[bool], str]
     reply_body: Callable[[Message], str | None] | None
     """The cut of a reply into frame and body (``qwen3_reply_body``); None: no cut known."""
@@ -285,11 +266,11 @@ class QwenTemplate:
 
 QWEN_TEMPLATES = {
     "qwen3": QwenTemplate(
-        qwen3_head, last_query_index, qwen3_flags, qwen3_message, qwen3_generation,
+        qwen3_head, last_query_index, qwen3_flags, qwen3_assistant, qwen3_generation,
         qwen3_reply_body, True,
     ),
     "qwen2.5": QwenTemplate(
-        qwen25_head, _no_pivot, qwen25_flags, qwen25_message, _qwen25_generation, None, False,
+        qwen25_head, _no_pivot, qwen25_flags, qwen25_assistant, _qwen25_generation, None, False,
     ),
 }  # fmt: skip
 
@@ -344,10 +325,15 @@ class QwenScheme(MessageScheme):
 
     def message_text(self, message: Message, flags: Hashable) -> str:
         """One message's text as the template renders it under ``flags``."""
-        return self._rules.message(message, flags)
+        assert isinstance(flags, tuple)
+        if message.role == "assistant":
+            return self._rules.assistant(message, *flags)
+        if message.role == "tool":
+            return _tool_message(message, *flags)
+        return _turn(message.role, message_text(message))
 
     def message(self, message: Message, flags: Hashable) -> tuple[int, bool]:
-        tokens = self.tokens(self._rules.message(message, flags))
+        tokens = self.tokens(self.message_text(message, flags))
         images = message.images
         if not images:
             return tokens, False

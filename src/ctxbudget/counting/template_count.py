@@ -39,7 +39,7 @@ from ctxbudget.counting.template_frame import (
 from ctxbudget.counting.template_input import message_dict, template_tools
 from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
 from ctxbudget.errors import InputError
-from ctxbudget.messages.model import NOTHING_KEPT, Change, Message, Request, same
+from ctxbudget.messages.model import NOTHING_KEPT, Change, Message, Request
 from ctxbudget.tokens.base import CounterKind
 from ctxbudget.tokens.registry import ExactTokenizer
 
@@ -280,15 +280,14 @@ class TemplateScheme:
         run, frame, seen = memo.run, memo.frame, memo.seen
         memo.seen = None  # until the loop has run
         n = len(messages)
-        if frame is not None and frame.reusable(n, cache.same_since(seen), tools, strftime_now):
+        start = None if frame is None else suffix_start(n, frame.view)
+        if start is not None and frame.reusable(n, cache.same_since(seen), tools, strftime_now):
             # The head and tail would render as last time: run the loop alone.
-            start = frame.suffix_start(n)
 
             def guard(call: Callable[[], None]) -> None:
                 run_template_code(lambda: run_bounded(call, Limits(input_chars=chars)))
 
-            loop_input = frame.loop_input(messages, cache.suffix)
-            known = cache.kept_in_loop(seen, start) if start is not None else 0
+            loop_input, known = cache.suffix(start), cache.kept_in_loop(seen, start)
             # Texts built from proven shapes and their tokenising fail as a render would.
             run_template_code(
                 lambda: run(
@@ -296,11 +295,10 @@ class TemplateScheme:
                     frame.body,
                     frame.outer,  # a tuple: the memo keeps it, and knows it the next step
                     known,
-                    kept=True,
                     guard=guard,
                 )
             )
-            memo.seen = None if start is None else (cache.version, start)
+            memo.seen = (cache.version, start)
         else:
             limits = Limits(input_chars=chars)
             frame = self._render_frame(plan, source, messages, tools, cache, limits, seen)
@@ -319,15 +317,12 @@ class TemplateScheme:
         frame: Frame,
     ) -> RequestCount | None:
         """The count from the loop's texts as ``memo`` has them now, around ``frame``'s head
-        and tail."""
-        items = memo.items
-        offset = len(messages) - len(items)
-        suffix = not items or (
-            offset >= 0 and same(items[0], messages[offset]) and same(items[-1], messages[-1])
-        )
-        if not suffix or not self._apart(frame, memo):
+        and tail; None unless the loop ran on ``messages[offset:]`` (each text then belongs to
+        one message) and the texts are counted apart."""
+        if memo.seen is None or not self._apart(frame, memo):
             memo.frame = None
             return None
+        offset = memo.seen[1]
         h = 1 if request.system is not None else 0  # the system dict
         lead = max(0, h - offset)  # the system prompt's own loop text (0 or 1 of them)
         fixes = memo.join_fixes(lambda text: self._tokens(text, cache)) if memo.bad else {}
@@ -413,8 +408,8 @@ class TemplateScheme:
             after_cut=after_cut,
             length_cuts=plan.length_cuts,
         )
-        if view is not None and plan.deterministic and not reads.whole and frame_allowed(outer):
-            memo.frame = frame
+        if memo.seen is not None and plan.deterministic and not reads.whole:
+            memo.frame = frame if frame_allowed(outer) else None
         return frame
 
     @staticmethod

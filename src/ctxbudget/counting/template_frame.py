@@ -191,23 +191,6 @@ class Frame:
                 return False
         return True
 
-    def suffix_start(self, n: int) -> int | None:
-        """``suffix_start`` of this render's loop."""
-        return suffix_start(n, self.view)
-
-    def loop_input(
-        self, messages: list[Any], suffix: Callable[[int], list[Any]] | None = None
-    ) -> list[Any]:
-        """The list this render's loop would be given for ``messages``; ``suffix(k)`` is a
-        list equal to ``messages[k:]`` that the caller keeps (not copied)."""
-        start = self.suffix_start(len(messages))
-        if start is not None and suffix is not None:
-            return suffix(start)
-        positions = _view(len(messages), self.view)
-        if positions.step == 1:
-            return messages[positions.start : positions.stop]
-        return [messages[i] for i in positions]
-
 
 def suffix_start(n: int, path: tuple[slice, ...]) -> int | None:
     """``k`` where the list ``path`` makes from ``n`` messages is ``messages[k:]``; None when it

@@ -253,9 +253,6 @@ def _length_cuts(tree: Any) -> frozenset[int] | None:
 class LoopMemo:
     """The texts and counts of the last render's loop, by position, and what they came from."""
 
-    items: list[Any] = field(default_factory=list)
-    """The items of the last render's loop (equal to them, the same objects but where a
-    ``kept`` render found them equal)."""
     outer: Sequence[Any] | None = None
     texts: list[str] = field(default_factory=list)
     counts: RunningCounts = field(default_factory=RunningCounts)
@@ -288,11 +285,9 @@ class LoopMemo:
         text's token count (from its pieces, when known) and whether it starts / ends with an
         added token cut at; ``splitter`` cuts the texts built from a proven shape. ``known``:
         how many leading items of ``messages`` are the very items of the last run (the
-        request's kept prefix): they are not compared, and only what follows is rendered. A
-        caller that keeps ``messages`` and changes it later says ``kept=True``: the memo then
-        copies what changed into its own list instead of keeping ``messages``. A caller outside
-        a render passes ``guard``, which runs the bodies Jinja must render within the sandbox's
-        bounds (texts built from a proven shape need none)."""
+        request's kept prefix): only what follows them is rendered. A caller outside a render
+        passes ``guard``, which runs the bodies Jinja must render within the sandbox's bounds
+        (texts built from a proven shape need none)."""
 
         shapes = ShapeTexts(plan.shapes, splitter) if plan.shapes is not None else None
         self.shapes, self.measure = shapes, measure
@@ -302,7 +297,6 @@ class LoopMemo:
             body: Any,
             outer: Sequence[Any],
             known: int = 0,
-            kept: bool = False,
             guard: Callable[[Callable[[], None]], None] | None = None,
         ) -> str:
             n = len(messages)
@@ -315,11 +309,6 @@ class LoopMemo:
             early = range(min(plan.before, start))  # messages[-1] of the first ones wraps
             changed = [*early, *range(start, n)]
             self._store(changed, _texts(plan, shapes, changed, messages, body, outer, guard), n)
-            if kept:  # the first ``start`` items are the last ones (``_first_stale``)
-                del self.items[n:]
-                self.items[start:] = messages[start:n]
-            else:  # a fresh list from the template's call
-                self.items = messages
             self.outer = kept_values(outer)
             return LOOP_MARKER
 
@@ -409,8 +398,8 @@ class LoopMemo:
         if not same_values(self.outer, outer) or not plan.loop_attrs.isdisjoint(_LENGTH):
             return 0
         start = min(known, len(self.texts)) - plan.after
-        if "last" in plan.loop_attrs and len(self.items) != n:
-            start = min(start, len(self.items) - 1)
+        if "last" in plan.loop_attrs and len(self.texts) != n:
+            start = min(start, len(self.texts) - 1)
         return max(start, 0)
 
 
