@@ -98,7 +98,8 @@ def test_the_first_stale_position_follows_the_kept_prefix_and_compares_nothing()
     prefix): the loop renders from the one after them; the memo keeps no items to compare."""
     plan = plan_loop(LOCAL)
     assert plan is not None
-    memo = LoopMemo(outer=(), texts=["text"] * 6)
-    assert memo._first_stale(plan, 6, (), known=4) == 4  # item 4 edited
-    assert memo._first_stale(plan, 7, (), known=6) == 5  # an append: ``loop.last`` moves
-    assert memo._first_stale(plan, 6, ("other",), known=6) == 0  # other values from the head
+    memo = LoopMemo(plan, lambda text, pieces: (len(text), (False, False)), outer=())
+    memo.texts = ["text"] * 6
+    assert memo._first_stale(6, (), known=4) == 4  # item 4 edited
+    assert memo._first_stale(7, (), known=6) == 5  # an append: ``loop.last`` moves
+    assert memo._first_stale(6, ("other",), known=6) == 0  # other values from the head

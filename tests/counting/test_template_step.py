@@ -192,16 +192,15 @@ def test_a_loop_is_told_its_kept_items_only_when_it_ran_on_the_list_before() -> 
         rendered.append(text)
         return len(text), (False, False)
 
-    memo = LoopMemo()
-    memo.run = memo.callback(plan, measure)
-    memo.run(listed, _echo, [], kept=True)
+    memo = LoopMemo(plan, measure)
+    memo.run(listed, _echo, [])
     grown = first.append(_user("c"))
     listed = cache.template_messages(grown, 2)
     assert cache.kept_in_loop(seen, 0) == 2
     assert cache.kept_in_loop(seen, 1) == 0  # the loop's list starts elsewhere
     assert cache.kept_in_loop(None, 0) == 0  # unknown: a run that failed, or none yet
     rendered.clear()
-    memo.run(listed, _echo, [], cache.kept_in_loop(seen, 0), kept=True)
+    memo.run(listed, _echo, [], cache.kept_in_loop(seen, 0))
     assert rendered == ["[c]"] and memo.texts == ["[a]", "[b]", "[c]"]
     cache.template_messages(grown.append(_reply("d")), 3)  # a version the memo did not see
     assert cache.kept_in_loop(seen, 0) == 0

@@ -191,9 +191,6 @@ class TemplateScheme:
             **extra,
         )
 
-    def _tokens(self, text: str, cache: PieceCache) -> int:
-        return self._total(self.tokenizer.pieces(text), cache)
-
     def _measure(
         self, cache: PieceCache, text: str, pieces: list[str] | None = None
     ) -> tuple[int, tuple[bool, bool]]:
@@ -207,12 +204,8 @@ class TemplateScheme:
         cuts = self.tokenizer.cut_tokens
         return self._total(pieces, cache), (pieces[0] in cuts, pieces[-1] in cuts)
 
-    def _counts(self, pieces: list[str], cache: PieceCache) -> list[int]:
-        """Each piece's count: from the cache, the new ones tokenised in one batch."""
-        return list(map(self._cached(pieces, cache).__getitem__, pieces))
-
     def _total(self, pieces: list[str], cache: PieceCache) -> int:
-        """The pieces' tokens, as ``sum(_counts(...))`` without the list."""
+        """The pieces' tokens: from the cache, the new ones tokenised in one batch."""
         counts = cache.counts
         if not all(map(counts.__contains__, pieces)):
             self._cached(pieces, cache)
@@ -248,7 +241,7 @@ class TemplateScheme:
         head = messages[:1] if request.system is not None else []  # the system dict
         full = self.render(messages, tools, source=source, limits=Limits(input_chars=chars))
         pieces = self.tokenizer.pieces(full)
-        counts = self._counts(pieces, cache)
+        counts = list(map(self._cached(pieces, cache).__getitem__, pieces))
         is_token = [self.tokenizer.is_cut_token(p) for p in pieces]
         firsts = _message_pieces(full, pieces, is_token, messages)[len(head) :]
         bounds = [firsts[0] if firsts else len(pieces), *firsts[1:], len(pieces)]
@@ -269,14 +262,13 @@ class TemplateScheme:
         chars: int,
     ) -> RequestCount | None:
         """The count with the message loop memoised; None when the loop's parts cannot be
-        counted apart (a part that meets its neighbour without an added token between).
+        counted apart (a part that meets its neighbour without an added token between) or
+        the loop is not given the messages from some index on.
         ``chars``: the input's size, for the sandbox's limits (made only when Jinja runs)."""
         memo = cache.loops.get(source)
         if memo is None:
-            memo = cache.loops[source] = LoopMemo()
-            memo.run = memo.callback(
-                plan, functools.partial(self._measure, cache), splitter(self.tokenizer)
-            )
+            measure = functools.partial(self._measure, cache)
+            memo = cache.loops[source] = LoopMemo(plan, measure, splitter(self.tokenizer))
         run, frame, seen = memo.run, memo.frame, memo.seen
         memo.seen = None  # until the loop has run
         n = len(messages)
@@ -304,28 +296,15 @@ class TemplateScheme:
             frame = self._render_frame(plan, source, messages, tools, cache, limits, seen)
             if frame is None:
                 return None
-        return self._loop_result(source, request, messages, tools, cache, memo, frame)
-
-    def _loop_result(
-        self,
-        source: str,
-        request: Request,
-        messages: list[dict[str, Any]],
-        tools: Any,
-        cache: PieceCache,
-        memo: LoopMemo,
-        frame: Frame,
-    ) -> RequestCount | None:
-        """The count from the loop's texts as ``memo`` has them now, around ``frame``'s head
-        and tail; None unless the loop ran on ``messages[offset:]`` (each text then belongs to
-        one message) and the texts are counted apart."""
+        # The count from the loop's texts around the frame's head and tail, when the loop ran
+        # on messages[offset:] (each text then belongs to one message) and they count apart.
         if memo.seen is None or not self._apart(frame, memo):
             memo.frame = None
             return None
         offset = memo.seen[1]
         h = 1 if request.system is not None else 0  # the system dict
         lead = max(0, h - offset)  # the system prompt's own loop text (0 or 1 of them)
-        fixes = memo.join_fixes(lambda text: self._tokens(text, cache)) if memo.bad else {}
+        fixes = memo.join_fixes(lambda text: self._measure(cache, text)[0]) if memo.bad else {}
         lead_tokens = memo.counts.items[0] if lead else 0
         head_tokens = frame.before_tokens + lead_tokens
         message_tokens = memo.counts.total - lead_tokens + sum(fixes.values())
@@ -466,7 +445,7 @@ class TemplateScheme:
             without = self._prefix(source, head, None)
             share = 0
             if with_tools is not None and without is not None:
-                share = self._tokens(with_tools, cache) - self._tokens(without, cache)
+                share = self._measure(cache, with_tools)[0] - self._measure(cache, without)[0]
             cache.shares[key] = share
         return min(max(share, 0), head_tokens)
 

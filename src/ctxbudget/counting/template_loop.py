@@ -249,10 +249,19 @@ def _length_cuts(tree: Any) -> frozenset[int] | None:
     return frozenset(cuts) if uses == 0 else None
 
 
+Measure = Callable[[str, list[str] | None], tuple[int, tuple[bool, bool]]]
+"""A text's token count (from its pieces, when known) and whether it starts / ends with an
+added token the tokenizer cuts at."""
+
+
 @dataclass(slots=True)
 class LoopMemo:
     """The texts and counts of the last render's loop, by position, and what they came from."""
 
+    plan: LoopPlan
+    measure: Measure
+    splitter: Splitter | None = None
+    """Cuts the texts built from a proven shape into pieces."""
     outer: Sequence[Any] | None = None
     texts: list[str] = field(default_factory=list)
     counts: RunningCounts = field(default_factory=RunningCounts)
@@ -268,57 +277,44 @@ class LoopMemo:
     (``PieceCache.kept_in_loop``); None: unknown."""
     frame: Any = None
     """The last render's head and tail (``template_frame.Frame``), when they may be reused."""
-    run: Any = None
-    """Its ``callback``, made once by the memo's owner."""
-    shapes: ShapeTexts | None = None
-    """The texts built from the body's proven shapes (``callback``'s)."""
-    measure: Callable[[str, list[str] | None], tuple[int, tuple[bool, bool]]] | None = None
-    """``callback``'s ``measure``."""
+    shapes: ShapeTexts | None = field(init=False, default=None)
+    """The texts built from the body's proven shapes."""
 
-    def callback(
+    def __post_init__(self) -> None:
+        if self.plan.shapes is not None:
+            self.shapes = ShapeTexts(self.plan.shapes, self.splitter)
+
+    def run(
         self,
-        plan: LoopPlan,
-        measure: Callable[[str, list[str] | None], tuple[int, tuple[bool, bool]]],
-        splitter: Splitter | None = None,
-    ) -> Callable[..., str]:
-        """The ``ctxbudget_loop`` function the rewritten template calls; ``measure`` gives a
-        text's token count (from its pieces, when known) and whether it starts / ends with an
-        added token cut at; ``splitter`` cuts the texts built from a proven shape. ``known``:
-        how many leading items of ``messages`` are the very items of the last run (the
-        request's kept prefix): only what follows them is rendered. A caller outside a render
-        passes ``guard``, which runs the bodies Jinja must render within the sandbox's bounds
-        (texts built from a proven shape need none)."""
-
-        shapes = ShapeTexts(plan.shapes, splitter) if plan.shapes is not None else None
-        self.shapes, self.measure = shapes, measure
-
-        def run(
-            messages: list[Any],
-            body: Any,
-            outer: Sequence[Any],
-            known: int = 0,
-            guard: Callable[[Callable[[], None]], None] | None = None,
-        ) -> str:
-            n = len(messages)
-            start = self._first_stale(plan, n, outer, known)
-            self.outer = None  # until this render ends: a template that fails midway
-            # (raise_exception) leaves texts the next one must redo
-            if n < len(self.texts):
-                self.counts.cut(n)
-                del self.texts[n:], self.edges[n:]
-            early = range(min(plan.before, start))  # messages[-1] of the first ones wraps
-            changed = [*early, *range(start, n)]
-            self._store(changed, _texts(plan, shapes, changed, messages, body, outer, guard), n)
-            self.outer = kept_values(outer)
-            return LOOP_MARKER
-
-        return run
+        messages: list[Any],
+        body: Any,
+        outer: Sequence[Any],
+        known: int = 0,
+        guard: Callable[[Callable[[], None]], None] | None = None,
+    ) -> str:
+        """The ``ctxbudget_loop`` function the rewritten template calls (and a step calls
+        outside a render): each message's text and count kept by position. ``known``: how many
+        leading items of ``messages`` are the very items of the last run (the request's kept
+        prefix): only what follows them is rendered. A caller outside a render passes
+        ``guard``, which runs the bodies Jinja must render within the sandbox's bounds (texts
+        built from a proven shape need none)."""
+        plan, n = self.plan, len(messages)
+        start = self._first_stale(n, outer, known)
+        self.outer = None  # until this render ends: a template that fails midway
+        # (raise_exception) leaves texts the next one must redo
+        if n < len(self.texts):
+            self.counts.cut(n)
+            del self.texts[n:], self.edges[n:]
+        early = range(min(plan.before, start))  # messages[-1] of the first ones wraps
+        changed = [*early, *range(start, n)]
+        self._store(changed, _texts(plan, self.shapes, changed, messages, body, outer, guard), n)
+        self.outer = kept_values(outer)
+        return LOOP_MARKER
 
     def _store(self, changed: list[int], made: list[tuple[str, list[str] | None]], n: int) -> None:
         """Measure the texts ``made`` for the ``changed`` positions (in order) and keep them,
         with where they meet their neighbours, in a loop of ``n`` texts."""
         texts, counts, edges, measure = self.texts, self.counts, self.edges, self.measure
-        assert measure is not None  # ``callback`` gave it
         for i, (text, pieces) in zip(changed, made, strict=True):
             tokens, edge = measure(text, pieces)
             counts.put(i, tokens)
@@ -392,9 +388,10 @@ class LoopMemo:
         self.joins = joins
         return fixes
 
-    def _first_stale(self, plan: LoopPlan, n: int, outer: Sequence[Any], known: int) -> int:
+    def _first_stale(self, n: int, outer: Sequence[Any], known: int) -> int:
         """The first of ``n`` loop positions to render again, the first ``known`` items being
         the very items of the last run: the one after them, less how far ahead a body looks."""
+        plan = self.plan
         if not same_values(self.outer, outer) or not plan.loop_attrs.isdisjoint(_LENGTH):
             return 0
         start = min(known, len(self.texts)) - plan.after
