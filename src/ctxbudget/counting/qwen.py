@@ -363,8 +363,11 @@ class QwenScheme(MessageScheme):
 
     def body(self, message: Message) -> str | None:
         tool, turn = self._cuts
-        if not isinstance(message.content, str) and message.images:
-            return None
+        text = message.content
+        if not isinstance(text, str):
+            if message.images:
+                return None
+            text = message_text(message)
         role = message.role
         if role == "tool":
             return _tool_body(message) if tool else None
@@ -373,7 +376,6 @@ class QwenScheme(MessageScheme):
         if role == "assistant":
             reply_body = self._rules.reply_body
             return reply_body(message) if reply_body is not None else None
-        text = message_text(message)
         return text if text and not text[0].isspace() else None
 
     def frame(self, role: str, flags: Hashable) -> tuple[str, str]:

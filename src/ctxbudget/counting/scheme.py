@@ -222,7 +222,14 @@ class MessageCounts:
                 estimates.append(start + len(counts) - 1)
         self._counts.replace(start, counts)  # usually the old last message and the new one
         self._estimates, self._messages, self._pivot = estimates, messages, pivot
-        self._prune()
+        # Entries hold their message, so ids stay unique; drop those of messages long gone.
+        # The limit follows the largest request seen, so counting small side requests (one
+        # message at a time, as compaction does) does not wipe the conversation's entries.
+        if len(messages) > self._high:
+            self._high = len(messages)
+        limit = 2 * self._high + 64
+        if len(self._whole) > limit or len(bodies) > limit:
+            self._prune()
         return self._result()
 
     def _new_frame(self, role: str, flags: Hashable) -> int:
@@ -248,13 +255,7 @@ class MessageCounts:
         return tokens, estimated
 
     def _prune(self) -> None:
-        # Entries hold their message, so ids stay unique; drop those of messages long gone.
-        # The limit follows the largest request seen, so counting small side requests (one
-        # message at a time, as compaction does) does not wipe the conversation's entries.
-        if len(self._messages) > self._high:
-            self._high = len(self._messages)
-        limit = 2 * self._high + 64
-        if len(self._whole) > limit or len(self._bodies) > limit:
-            live = {id(m) for m in self._messages}
-            self._whole = {k: v for k, v in self._whole.items() if k[0] in live}
-            self._bodies = {k: v for k, v in self._bodies.items() if k in live}
+        """Drop the entries of messages the last request does not hold."""
+        live = {id(m) for m in self._messages}
+        self._whole = {k: v for k, v in self._whole.items() if k[0] in live}
+        self._bodies = {k: v for k, v in self._bodies.items() if k in live}
