@@ -20,8 +20,9 @@ from tests.counting.test_counter import _apply, edits
 from tests.counting.test_hf import _build_folder
 
 from ctxbudget.counting import PerMessage, RequestCounter, count_request, template_count
+from ctxbudget.counting.select import choose_scheme
 from ctxbudget.counting.template_build import same_values
-from ctxbudget.counting.template_count import PieceCache, TemplateCounts, TemplateScheme
+from ctxbudget.counting.template_count import PieceCache, TemplateScheme
 from ctxbudget.counting.template_loop import LoopMemo, plan_loop
 from ctxbudget.errors import InputError
 from ctxbudget.messages.model import Message, Request, ToolCall, ToolSpec
@@ -177,10 +178,14 @@ def test_a_system_prompt_added_or_dropped_shifts_every_item(tmp_path: Path) -> N
     _exact(RequestCounter(name), name, [first, kept, system, plain, plain.append(_reply("k"))])
 
 
-def test_a_loop_is_told_its_kept_items_only_when_it_ran_on_the_list_before() -> None:
+def test_a_loop_is_told_its_kept_items_only_when_it_ran_on_the_list_before(
+    hf_folder: Callable[[str], Path],
+) -> None:
     """The message cache vouches for the dicts a request kept only to a memo that ran on the
     version just before, on the list from the same start; the memo then renders the rest."""
-    cache = PieceCache()
+    scheme = choose_scheme(f"hf:{hf_folder('llama3-cl100k')}")
+    assert isinstance(scheme, TemplateScheme)
+    cache = PieceCache(scheme)
     first = Request(messages=(_user("a"), _reply("b")))
     listed = cache.template_messages(first, 0)
     seen = (cache.version, 0)
@@ -282,9 +287,9 @@ def test_a_usual_append_measures_the_new_text_alone(
     counter.count(first)
     counter.count(request)  # the loop runs alone from the second count on
     state = counter._state
-    assert isinstance(state, TemplateCounts)
+    assert isinstance(state, PieceCache)
     scheme = state.scheme
-    (memo,) = state.cache.loops.values()
+    (memo,) = state.loops.values()
     rendered: list[object] = []
     encoded: list[str] = []
     real_render, real_one = TemplateScheme.render, scheme.tokenizer.count_special

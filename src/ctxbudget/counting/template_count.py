@@ -56,10 +56,12 @@ def _message_chars(message: Message, text: str) -> int:
 
 @dataclass(slots=True)
 class PieceCache:
-    """What one ``RequestCounter`` keeps between steps of a template scheme: token counts of
-    rendered pieces by text, the template dicts of the last request's messages, the loop memo.
+    """What one ``RequestCounter`` keeps between steps of a template scheme (its incremental
+    state): token counts of rendered pieces by text, the template dicts of the last request's
+    messages, the loop memos.
     """
 
+    scheme: TemplateScheme
     counts: dict[str, int] = field(default_factory=dict)
     shares: dict[tuple[Any, ...], int] = field(default_factory=dict)
     loops: dict[str, LoopMemo] = field(default_factory=dict)
@@ -139,10 +141,12 @@ class PieceCache:
     def input_chars(self, request: Request) -> int:
         return len(request.system or "") + (self.chars[-1] if self.chars else 0)
 
-    def trim(self) -> None:
-        """Forget the piece counts when there are too many (the next step re-tokenises)."""
-        if len(self.counts) > MAX_CACHED_PIECES:
+    def count(self, request: Request, change: Change) -> RequestCount:
+        """The count of ``request``, rendering and tokenising what changed."""
+        result = self.scheme.count_from(request, self, change)
+        if len(self.counts) > MAX_CACHED_PIECES:  # forgotten: the next step re-tokenises
             self.counts.clear()
+        return result
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,9 +166,9 @@ class TemplateScheme:
         """A template's count is exact: the model's own template and tokenizer."""
         return "exact"
 
-    def incremental(self) -> TemplateCounts:
+    def incremental(self) -> PieceCache:
         """A fresh state for counting request after request."""
-        return TemplateCounts(self)
+        return PieceCache(self)
 
     def source(self, tools: Any) -> str:
         return self.template.source(tools=tools is not None, name=self.template_name)
@@ -224,7 +228,7 @@ class TemplateScheme:
 
     def count(self, request: Request) -> RequestCount:
         """The exact total with a per-part breakdown that adds up to it, with nothing kept."""
-        return self.count_from(request, PieceCache(), NOTHING_KEPT)
+        return self.count_from(request, PieceCache(self), NOTHING_KEPT)
 
     def count_from(self, request: Request, cache: PieceCache, change: Change) -> RequestCount:
         """The count of ``request``; ``cache`` holds what the count of the request before
@@ -448,20 +452,6 @@ class TemplateScheme:
                 share = self._measure(cache, with_tools)[0] - self._measure(cache, without)[0]
             cache.shares[key] = share
         return min(max(share, 0), head_tokens)
-
-
-class TemplateCounts:
-    """What a ``RequestCounter`` keeps between requests for a template scheme."""
-
-    def __init__(self, scheme: TemplateScheme) -> None:
-        self.scheme = scheme
-        self.cache = PieceCache()
-
-    def count(self, request: Request, change: Change) -> RequestCount:
-        """The count of ``request``, rendering and tokenising what changed."""
-        result = self.scheme.count_from(request, self.cache, change)
-        self.cache.trim()
-        return result
 
 
 def _per_message(
