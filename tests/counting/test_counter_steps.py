@@ -6,7 +6,7 @@ tool result that another follows loses its ``<|im_end|>``: their bodies keep the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import replace
 
 import pytest
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tests.counting.strategies import messages
 
 from ctxbudget.counting import RequestCounter, count_request
-from ctxbudget.counting.qwen import last_query_index
+from ctxbudget.counting.qwen import NO_QUERY, QWEN_TEMPLATES, last_query_index
 from ctxbudget.messages.model import (
     ImagePart,
     Message,
@@ -238,6 +238,43 @@ def test_a_step_is_an_estimate_exactly_while_an_image_is_in_the_request(counter_
         kinds.append(got.kind)
     exact = "exact" if counter_name == "qwen3" else "estimate"  # estimators are never exact
     assert kinds == [exact, "estimate", "estimate", "estimate", exact, exact]
+
+
+@pytest.mark.parametrize(
+    ("history", "new", "flagged"),
+    [
+        ((QUERY, PLAIN), USER, 1),  # a new query after a reply
+        ((QUERY,), PLAIN, 0),  # a reply
+        ((QUERY, CALLING), TOOL, 1),  # a tool result after a call
+        ((QUERY, CALLING, TOOL), TOOL, 2),  # a second result
+    ],
+)
+def test_a_loops_usual_step_is_the_general_step_with_one_new_message(
+    history: tuple[Message, ...], new: Message, flagged: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One message appended runs the same rules as any other step (issue 31: no one-message
+    path beside it): the pivot is looked for among the new message only, and flags are worked
+    out from the old last message on; the count is a full count's."""
+    calls: list[tuple[str, int]] = []
+    rules = QWEN_TEMPLATES["qwen3"]
+
+    def pivot(messages: Sequence[Message], start: int = 0, previous: int = NO_QUERY) -> int:
+        calls.append(("pivot", start))
+        return rules.pivot(messages, start, previous)
+
+    def flags(messages: Sequence[Message], start: int, pivot: int) -> list[Hashable]:
+        calls.append(("flags", start))
+        return rules.flags(messages, start, pivot)
+
+    monkeypatch.setitem(QWEN_TEMPLATES, "qwen3", replace(rules, pivot=pivot, flags=flags))
+    request = Request(messages=history)
+    grown = request.append(new)
+    counter = RequestCounter("qwen3")
+    counter.count(request)
+    calls.clear()
+    got = counter.count(grown)
+    assert calls == [("pivot", len(history)), ("flags", flagged)]
+    assert got == count_request(grown, "qwen3")
 
 
 def test_a_new_query_two_replies_after_the_last_one_recounts_the_reasoning_reply() -> None:
