@@ -119,7 +119,9 @@ def last_query_index(messages: Sequence[Message], start: int = 0, previous: int 
     for i in range(len(messages) - 1, start - 1, -1):
         message = messages[i]
         if message.role == "user":  # a query unless its text only wraps a tool result
-            text = message_text(message)
+            text = message.content
+            if not isinstance(text, str):
+                text = message_text(message)
             if not (text.startswith(TOOL_OPEN) and text.endswith(TOOL_CLOSE)):
                 return i
     return previous if start else NO_QUERY
