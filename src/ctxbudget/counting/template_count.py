@@ -391,8 +391,9 @@ class TemplateScheme:
             after_cut=after_cut,
             length_cuts=plan.length_cuts,
         )
-        if memo.seen is not None and plan.deterministic and not reads.whole:
-            memo.frame = frame if frame_allowed(outer) else None
+        reusable = plan.deterministic and not reads.whole and frame_allowed(outer)
+        if reusable and memo.seen is not None:  # a later step may run the loop alone
+            memo.frame = frame
         return frame
 
     @staticmethod
