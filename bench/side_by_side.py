@@ -3,10 +3,11 @@
 The machine is shared and noisy: each round runs the rows once for the tree before and once for
 the tree after, each in a fresh process, and the table gives each row's median over the rounds.
 
-Run (the tree before as a worktree of an older commit):
+Run (the tree before as a worktree of an older commit; remove it after):
 
-    git worktree add /tmp/counting-before c17b4c6
-    PYTHONPATH=src .venv/bin/python bench/side_by_side.py /tmp/counting-before . --rounds 3
+    git worktree add /tmp/count-base fdfffe7^1
+    PYTHONPATH=$PWD/src .venv/bin/python bench/side_by_side.py /tmp/count-base . --rounds 3
+    git worktree remove /tmp/count-base
 """
 
 from __future__ import annotations

@@ -6,17 +6,16 @@ tool result that another follows loses its ``<|im_end|>``: their bodies keep the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import replace
 
 import pytest
-from hypothesis import Phase, assume, find, given, settings
+from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 from tests.counting.strategies import messages
 
 from ctxbudget.counting import RequestCounter, count_request
-from ctxbudget.counting.qwen import QwenScheme, last_query_index
-from ctxbudget.counting.select import choose_scheme
+from ctxbudget.counting.qwen import NO_QUERY, QWEN_TEMPLATES, last_query_index
 from ctxbudget.messages.model import (
     ImagePart,
     Message,
@@ -241,68 +240,46 @@ def test_a_step_is_an_estimate_exactly_while_an_image_is_in_the_request(counter_
     assert kinds == [exact, "estimate", "estimate", "estimate", exact, exact]
 
 
-def _qwen3() -> QwenScheme:
-    scheme = choose_scheme("qwen3")
-    assert isinstance(scheme, QwenScheme)
-    return scheme
-
-
-@settings(max_examples=400)
-@given(
-    conversation=st.lists(replies | messages() | turns, min_size=1, max_size=8),
-    new=replies | messages() | turns,
-)
-def test_the_append_step_is_the_general_rules_for_the_two_messages_it_touches(
-    conversation: list[Message], new: Message
-) -> None:
-    """``append_step`` decides in one call what ``pivot``, ``flags`` and ``body`` decide for
-    an append (the counter's usual step); where it answers, it answers as they do."""
-    scheme = _qwen3()
-    old, grown = tuple(conversation), (*conversation, new)
-    assume(scheme.body(old[-1]) is not None)  # its precondition: the old last one has a body
-    before = scheme.pivot(old)
-    step = scheme.append_step(grown, before)
-    if step is not None:
-        pivot = scheme.pivot(grown)
-        flags = scheme.flags(grown, 0, pivot)
-        assert step == (pivot, *flags[-2:], scheme.body(new))
-        # and the step touches two messages because no other one's flags change
-        assert flags[:-2] == scheme.flags(old, 0, before)[:-1]
-
-
 @pytest.mark.parametrize(
-    ("history", "new"),
+    ("history", "new", "flagged"),
     [
-        ((QUERY, PLAIN), USER),  # a new query after a reply
-        ((QUERY,), PLAIN),  # a reply
-        ((QUERY, CALLING), TOOL),  # a tool result after a call
-        ((QUERY, CALLING, TOOL), TOOL),  # a second result
-        ((QUERY, CALLING, TOOL), PLAIN),  # the reply after the results
-        ((QUERY, CALLING), CALLING),  # a reply with a call: its body holds the call
+        ((QUERY, PLAIN), USER, 1),  # a new query after a reply
+        ((QUERY,), PLAIN, 0),  # a reply
+        ((QUERY, CALLING), TOOL, 1),  # a tool result after a call
+        ((QUERY, CALLING, TOOL), TOOL, 2),  # a second result
     ],
 )
-def test_a_loops_usual_step_takes_the_one_call_path(
-    history: tuple[Message, ...], new: Message, monkeypatch: pytest.MonkeyPatch
+def test_a_loops_usual_step_is_the_general_step_with_one_new_message(
+    history: tuple[Message, ...], new: Message, flagged: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The step after each usual turn runs ``append_step`` alone: the general rules are not
-    called (they raise here), and the count is a full count's."""
+    """One message appended runs the same rules as any other step (issue 31: no one-message
+    path beside it): the pivot is looked for among the new message only, and flags are worked
+    out from the old last message on; the count is a full count's."""
+    calls: list[tuple[str, int]] = []
+    rules = QWEN_TEMPLATES["qwen3"]
+
+    def pivot(messages: Sequence[Message], start: int = 0, previous: int = NO_QUERY) -> int:
+        calls.append(("pivot", start))
+        return rules.pivot(messages, start, previous)
+
+    def flags(messages: Sequence[Message], start: int, pivot: int) -> list[Hashable]:
+        calls.append(("flags", start))
+        return rules.flags(messages, start, pivot)
+
+    monkeypatch.setitem(QWEN_TEMPLATES, "qwen3", replace(rules, pivot=pivot, flags=flags))
     request = Request(messages=history)
     grown = request.append(new)
-    expected = count_request(grown, "qwen3")
     counter = RequestCounter("qwen3")
     counter.count(request)
-
-    def general(*_: object) -> None:
-        raise AssertionError("the general step ran")
-
-    for rule in ("pivot", "flags"):
-        monkeypatch.setattr(QwenScheme, rule, general)
-    assert counter.count(grown) == expected
+    calls.clear()
+    got = counter.count(grown)
+    assert calls == [("pivot", len(history)), ("flags", flagged)]
+    assert got == count_request(grown, "qwen3")
 
 
-def test_a_new_query_two_replies_after_the_last_one_takes_the_general_step() -> None:
+def test_a_new_query_two_replies_after_the_last_one_recounts_the_reasoning_reply() -> None:
     """A reasoning reply before the old last message loses its ``<think>`` when a query comes:
-    more than the two messages an append step touches, so the general step counts it."""
+    a step counts more than the old last message and the new one."""
     reasoned = Message(role="assistant", content="Done.", reasoning="Check first.")
     request = Request(messages=(QUERY, reasoned, PLAIN))
     counter = RequestCounter("qwen3")

@@ -75,19 +75,16 @@ _EDITS = st.tuples(st.integers(-1, 12), st.lists(st.integers(0, 99), max_size=4)
 def test_running_counts_change_under_no_view_handed_out(
     edits: list[tuple[int, list[int]]],
 ) -> None:
-    """Random replaces, and (start -1, with a count) a step's ``append_after``: the last count
+    """Random replaces, and (start -1, with a count) a step's usual one: the last count
     changed and one more after it."""
     counts, model = RunningCounts(), []
     handed: list[tuple[PerMessage, tuple[int, ...]]] = []
     for start, new in edits:
         if start < 0 and model:
-            last, tokens = [*new, 7, 9][:2]
-            counts.append_after(last, tokens)
-            model[-1:] = [last, tokens]
-        else:
-            start = min(max(start, 0), len(model))
-            counts.replace(start, new)
-            model[start:] = new
+            start, new = len(model) - 1, [*new, 7, 9][:2]
+        start = min(max(start, 0), len(model))
+        counts.replace(start, new)
+        model[start:] = new
         assert counts.items == model and counts.total == sum(model)
         if model:  # a count handed out after each step, as RequestCounter does
             handed.append((counts.view(3), (*model[:-1], model[-1] + 3)))

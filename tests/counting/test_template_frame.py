@@ -13,7 +13,7 @@ from tests.counting.test_hf import _build_folder
 import ctxbudget.counting.template_count as template_count
 from ctxbudget.counting import RequestCounter, count_request
 from ctxbudget.counting.sandbox import Limits
-from ctxbudget.counting.template_frame import Frame, Observed, Reads
+from ctxbudget.counting.template_frame import Frame, Observed, Reads, suffix_start
 from ctxbudget.counting.template_loop import plan_loop
 from ctxbudget.errors import InputError
 from ctxbudget.messages.model import Message, Request
@@ -168,20 +168,20 @@ def test_length_cuts_follow_every_use_of_a_length() -> None:
 
 def test_observed_records_reads_by_path() -> None:
     a, b, c = {"role": "system"}, {"role": "user"}, {"role": "assistant"}
-    reads = Reads()
+    reads = Reads(3)
     seen = Observed([a, b, c], reads)
     assert seen[0] is a and len(seen[1:]) == 2 and seen[1:][-1] is c
     with pytest.raises(IndexError):
         seen[5]
     assert not reads.whole
+    assert [position for _, _, position in reads.items] == [0, 2, None]
     frame = _frame(reads)
-    assert frame.reusable([a, b, c], None, str)
-    assert not frame.reusable([a, b, {"role": "assistant"}], None, str)  # another last dict
-    assert not frame.reusable([a, b, c, {"role": "user"}], None, str)  # messages[1:] longer
-    assert not frame.reusable([a, b, c], [], str)  # other tools
-    assert frame.loop_input([a, b, c, b]) == [b, c, b]  # messages[1:] of the new list
-    kept = [b, c, b]  # a list the caller keeps, equal to messages[1:]: given, not copied
-    assert frame.loop_input([a, *kept], lambda k: kept if k == 1 else []) is kept
+    assert frame.reusable(3, 3, None, str)  # every item kept
+    assert not frame.reusable(3, 2, None, str)  # another last dict
+    assert not frame.reusable(4, 4, None, str)  # messages[1:] longer
+    assert not frame.reusable(3, 3, [], str)  # other tools
+    assert suffix_start(4, frame.view) == 1  # its loop is given messages[1:]
+    assert suffix_start(4, (slice(1, -1),)) is None  # not a suffix: no memoised loop
 
 
 @pytest.mark.parametrize(
@@ -204,7 +204,7 @@ def test_observed_records_reads_by_path() -> None:
     ],
 )
 def test_observed_reads_of_the_whole_list(read: Callable[[Observed], object]) -> None:
-    reads = Reads()
+    reads = Reads(1)
     read(Observed([{"role": "user"}], reads))
     assert reads.whole
 

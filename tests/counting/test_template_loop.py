@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from ctxbudget.counting import RequestCounter, count_request
 from ctxbudget.counting.hf import load_folder_template
-from ctxbudget.counting.template_loop import LoopMemo, _starts_with, plan_loop
+from ctxbudget.counting.template_loop import LoopMemo, plan_loop
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.tokens.registry import get_tokenizer
 
@@ -93,32 +93,13 @@ def test_a_step_renders_and_tokenises_only_the_new_message(
         assert got == count_request(request, counter)
 
 
-def test_a_loop_prefix_is_compared_without_copying_and_the_list_given_back() -> None:
-    a, b, c = {"role": "user"}, {"role": "assistant"}, {"role": "user"}
-    grown = [a, b, c]
-    assert _starts_with(grown, [a, b], 2) and grown == [a, b, c]
-    assert _starts_with(grown, [a, dict(b)], 2)  # equal by value counts as the same
-    assert not _starts_with(grown, [a, c], 2) and grown == [a, b, c]
-    assert _starts_with(grown, [a, b, c, a], 3)  # a shorter new list: compared as slices
-    assert not _starts_with(grown, ["x", "y"], 2)
-    assert not _starts_with((a, b, c), [a, b], 2)  # a tuple: as slices, never equal to a list
-
-
-class _Unwalked(list[dict[str, str]]):
-    """A list that refuses to be iterated: what a search must skip, it must not step through."""
-
-    def __iter__(self) -> Iterator[dict[str, str]]:
-        raise AssertionError("the items known the same were stepped through")
-
-
-def test_a_stale_search_does_not_step_through_the_items_known_the_same() -> None:
-    """The first ``known`` items are the very ones of the last run (an edited request's
-    ``ListVersion``): only the rest is compared, by slices, not by stepping an iterator past them
-    (thousands of messages touched at every count of an edited request)."""
+def test_the_first_stale_position_follows_the_kept_prefix_and_compares_nothing() -> None:
+    """The first ``known`` items are the very ones of the last run (the request's kept
+    prefix): the loop renders from the one after them; the memo keeps no items to compare."""
     plan = plan_loop(LOCAL)
     assert plan is not None
-    items = [{"role": "user", "content": str(i)} for i in range(6)]
-    memo = LoopMemo(items=_Unwalked(items), outer=(), texts=["text"] * 6)
-    edited = _Unwalked([*items[:4], {"role": "user", "content": "edited"}, items[5]])
-    assert memo._first_stale(plan, edited, (), known=3) == 4
-    assert memo._first_stale(plan, _Unwalked(items), (), known=3) == 6
+    memo = LoopMemo(plan, lambda text, pieces: (len(text), (False, False)), outer=())
+    memo.texts = ["text"] * 6
+    assert memo._first_stale(6, (), known=4) == 4  # item 4 edited
+    assert memo._first_stale(7, (), known=6) == 5  # an append: ``loop.last`` moves
+    assert memo._first_stale(6, ("other",), known=6) == 0  # other values from the head

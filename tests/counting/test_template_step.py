@@ -1,8 +1,8 @@
 """A Jinja template's step skips what it can prove unchanged; every count stays exact.
 
 The loop memo takes the message cache's word that a list's leading dicts are those of the
-list it ran on last (``ListVersion``), and hands out a view of its counts (``PerMessage``) that
-later steps must leave as it is.
+list it ran on last (``PieceCache.kept_in_loop``), and hands out a view of its counts
+(``PerMessage``) that later steps must leave as it is.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from tests.counting.test_counter import _apply, edits
 from tests.counting.test_hf import _build_folder
 
 from ctxbudget.counting import PerMessage, RequestCounter, count_request, template_count
+from ctxbudget.counting.select import choose_scheme
 from ctxbudget.counting.template_build import same_values
-from ctxbudget.counting.template_count import TemplateCounts, TemplateScheme
-from ctxbudget.counting.template_loop import ListVersion, LoopMemo, plan_loop
+from ctxbudget.counting.template_count import PieceCache, TemplateScheme
+from ctxbudget.counting.template_loop import LoopMemo, plan_loop
 from ctxbudget.errors import InputError
 from ctxbudget.messages.model import Message, Request, ToolCall, ToolSpec
 from ctxbudget.tokens.registry import get_tokenizer
@@ -177,36 +178,37 @@ def test_a_system_prompt_added_or_dropped_shifts_every_item(tmp_path: Path) -> N
     _exact(RequestCounter(name), name, [first, kept, system, plain, plain.append(_reply("k"))])
 
 
-def test_a_list_version_is_taken_only_from_the_version_the_memo_ran_on() -> None:
-    """A memo told that a list keeps the items of a version it never ran on compares anyway."""
+def test_a_loop_is_told_its_kept_items_only_when_it_ran_on_the_list_before(
+    hf_folder: Callable[[str], Path],
+) -> None:
+    """The message cache vouches for the dicts a request kept only to a memo that ran on the
+    version just before, on the list from the same start; the memo then renders the rest."""
+    scheme = choose_scheme(f"hf:{hf_folder('llama3-cl100k')}")
+    assert isinstance(scheme, TemplateScheme)
+    cache = PieceCache(scheme)
+    first = Request(messages=(_user("a"), _reply("b")))
+    listed = cache.template_messages(first, 0)
+    seen = (cache.version, 0)
     plan = plan_loop("{% for m in messages %}[{{ m['content'] }}]{% endfor %}")
     assert plan is not None
+    rendered: list[str] = []
 
-    def texts(*runs: tuple[list[dict[str, str]], object]) -> list[str]:
-        memo = LoopMemo()
-        memo.run = memo.callback(plan, lambda text, pieces: (len(text), (False, False)))
-        for items, version in runs:
-            memo.run(items, _echo, [], kept=True, version=version)
-        return memo.texts
+    def measure(text: str, pieces: object) -> tuple[int, tuple[bool, bool]]:
+        rendered.append(text)
+        return len(text), (False, False)
 
-    first = [{"content": "a"}, {"content": "b"}]
-    other = [first[0], {"content": "c"}]
-    fresh = texts((other, None))
-    assert texts((first, _v(1, 0, 0)), (other, _v(5, 4, 2))) == fresh
-    assert (
-        texts(
-            (first, _v(1, 0, 0)),
-            (first, None),
-            (other, _v(2, 1, 2)),
-        )
-        == fresh
-    )
-    longer = [*other, {"content": "d"}]
-    assert texts((other, _v(1, 0, 0)), (longer, _v(2, 1, 2))) == texts((longer, None))
-
-
-def _v(now: int, before: int, unchanged: int) -> ListVersion:
-    return ListVersion((now, 0), (before, 0), unchanged)
+    memo = LoopMemo(plan, measure)
+    memo.run(listed, _echo, [])
+    grown = first.append(_user("c"))
+    listed = cache.template_messages(grown, 2)
+    assert cache.kept_in_loop(seen, 0) == 2
+    assert cache.kept_in_loop(seen, 1) == 0  # the loop's list starts elsewhere
+    assert cache.kept_in_loop(None, 0) == 0  # unknown: a run that failed, or none yet
+    rendered.clear()
+    memo.run(listed, _echo, [], cache.kept_in_loop(seen, 0))
+    assert rendered == ["[c]"] and memo.texts == ["[a]", "[b]", "[c]"]
+    cache.template_messages(grown.append(_reply("d")), 3)  # a version the memo did not see
+    assert cache.kept_in_loop(seen, 0) == 0
 
 
 def _echo(message: dict[str, str], loop: object, messages: object) -> str:
@@ -285,9 +287,9 @@ def test_a_usual_append_measures_the_new_text_alone(
     counter.count(first)
     counter.count(request)  # the loop runs alone from the second count on
     state = counter._state
-    assert isinstance(state, TemplateCounts)
+    assert isinstance(state, PieceCache)
     scheme = state.scheme
-    (memo,) = state.cache.loops.values()
+    (memo,) = state.loops.values()
     rendered: list[object] = []
     encoded: list[str] = []
     real_render, real_one = TemplateScheme.render, scheme.tokenizer.count_special

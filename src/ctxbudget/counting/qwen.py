@@ -11,7 +11,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from ctxbudget.counting.images import qwen_image_tokens
-from ctxbudget.counting.scheme import NO_PIVOT, MessageScheme
+from ctxbudget.counting.scheme import NO_PIVOT, MessageCounts, MessageScheme
 from ctxbudget.counting.template_input import call_arguments, message_text, tojson, tool_dict
 from ctxbudget.messages.model import Message, Request, ToolCall
 from ctxbudget.tokens.base import CounterKind
@@ -104,30 +104,26 @@ def qwen3_head(request: Request) -> tuple[str, str]:
     return "", "<|im_start|>system\n" + _tools_block(request)
 
 
-def wraps_tool_result(text: str) -> bool:
-    """A user turn's text that only wraps a tool result: it is no query."""
-    return text.startswith(TOOL_OPEN) and text.endswith(TOOL_CLOSE)
-
-
-def is_query(message: Message) -> bool:
-    """A user message that is not a wrapped tool result (Qwen3's "last query" rule)."""
-    return message.role == "user" and not wraps_tool_result(message_text(message))
-
-
 NO_QUERY = sys.maxsize
 """The pivot of Qwen3 messages without a user query: past every index, as the template's
 ``messages|length - 1`` is for rendering (no message comes after it)."""
 
 
 def last_query_index(messages: Sequence[Message], start: int = 0, previous: int = NO_QUERY) -> int:
-    """Index of the last real user query; ``NO_QUERY`` when there is none.
+    """Index of the last user query (a user message that is not a wrapped tool result);
+    ``NO_QUERY`` when there is none.
 
     ``previous`` is the result for ``messages[:start]``, so only ``messages[start:]`` is
     searched (``start=0`` knows nothing).
     """
     for i in range(len(messages) - 1, start - 1, -1):
-        if is_query(messages[i]):
-            return i
+        message = messages[i]
+        if message.role == "user":  # a query unless its text only wraps a tool result
+            text = message.content
+            if not isinstance(text, str):
+                text = message_text(message)
+            if not (text.startswith(TOOL_OPEN) and text.endswith(TOOL_CLOSE)):
+                return i
     return previous if start else NO_QUERY
 
 
@@ -197,60 +193,14 @@ def qwen3_flags(messages: Sequence[Message], start: int, pivot: int) -> list[Has
         role = message.role
         if role == "assistant":
             # Reasoning shows after the last query, last or not: one flag value, one entry.
-            flags.append((index > pivot, index == last or _has_reasoning(message)))
+            # Before the last query it never shows: one value, and no need to look for it.
+            after = index > pivot
+            flags.append((after, after and (index == last or _has_reasoning(message))))
         elif role == "tool":
             flags.append(_tool_neighbours(messages, index))
         else:
             flags.append(())
     return flags
-
-
-def qwen3_append(
-    messages: Sequence[Message], pivot: int, turns: bool
-) -> tuple[int, Hashable, Hashable, str] | None:
-    """``QwenScheme.append_step`` for Qwen3: the rules of ``last_query_index``, ``qwen3_flags``
-    and ``body`` for the two messages an append touches, decided at once. Kept beside the
-    general step (``MessageCounts``) because a step's Python calls cost more than its rules:
-    without it a ~110-token Qwen3 step took 1.08-1.16x as long (BENCHMARKS.md, "Counting
-    internals"). ``turns``: the turn cut holds, and so the reply cut (``QwenScheme._cuts``).
-    tests/counting/test_counter_steps.py checks it against those three on random steps."""
-    new, last = messages[-1], messages[-2]
-    content, role, n = new.content, new.role, len(messages)
-    flags: Hashable
-    if not isinstance(content, str):
-        return None  # parts (images): counted whole
-    if role == "user":
-        if not turns or not content or content[0].isspace():
-            return None
-        if wraps_tool_result(content):
-            return None  # no query (``is_query``, its text at hand)
-        if pivot < n - 3:  # (NO_QUERY is past every index)
-            return None  # the replies after the old query lose their reasoning: more than two
-        pivot, flags, body = n - 1, (), content
-    elif role == "assistant":
-        text = qwen3_reply_body(new) if turns else None
-        if text is None:
-            return None
-        flags, body = (n - 1 > pivot, True), text
-    elif role == "tool":
-        flags, body = (last.role != "tool", True), _tool_body(new)
-    else:
-        return None
-    if last.role == "assistant":  # its body is cut, so it has no reasoning
-        return pivot, (n - 2 > pivot, False), flags, body
-    if last.role == "tool":
-        return pivot, (n == 2 or messages[-3].role != "tool", role != "tool"), flags, body
-    return pivot, (), flags, body
-
-
-def qwen3_message(message: Message, flags: Hashable) -> str:
-    """One message rendered as qwen3.jinja renders it, given its flags."""
-    assert isinstance(flags, tuple)
-    if message.role == "assistant":
-        return qwen3_assistant(message, *flags)
-    if message.role == "tool":
-        return _tool_message(message, *flags)
-    return _turn(message.role, message_text(message))
 
 
 def qwen3_generation(enable_thinking: bool = True) -> str:
@@ -289,27 +239,11 @@ def qwen25_flags(messages: Sequence[Message], start: int, pivot: int) -> list[Ha
     ]
 
 
-def qwen25_message(message: Message, flags: Hashable) -> str:
-    """One message rendered as qwen2.5.jinja renders it."""
-    assert isinstance(flags, tuple)
-    if message.role == "assistant":
-        return qwen25_assistant(message)
-    if message.role == "tool":
-        return _tool_message(message, *flags)
-    return _turn(message.role, message_text(message))
-
-
 # --- the scheme ------------------------------------------------------------------------------
 
 
 def _no_pivot(messages: Sequence[Message], start: int = 0, previous: int = NO_PIVOT) -> int:
     return NO_PIVOT
-
-
-def _no_append(
-    messages: Sequence[Message], pivot: int, turns: bool
-) -> tuple[int, Hashable, Hashable, str] | None:
-    return None
 
 
 def _qwen25_generation(enable_thinking: bool) -> str:
@@ -323,24 +257,22 @@ class QwenTemplate:
     head: Callable[[Request], tuple[str, str]]
     pivot: Callable[[Sequence[Message], int, int], int]
     flags: Callable[[Sequence[Message], int, int], list[Hashable]]
-    message: Callable[[Message, Hashable], str]
+    assistant: Callable[..., str]
+    """An assistant turn, given the message and its flags."""
     generation: Callable[[bool], str]
     reply_body: Callable[[Message], str | None] | None
     """The cut of a reply into frame and body (``qwen3_reply_body``); None: no cut known."""
-    append: Callable[[Sequence[Message], int, bool], tuple[int, Hashable, Hashable, str] | None]
-    """``QwenScheme.append_step`` where the tool-result cut holds (``qwen3_append``)."""
     named_by_tokenizer: bool
     """The counter is named as its tokenizer (``qwen3``), else as the template (``qwen2.5``)."""
 
 
 QWEN_TEMPLATES = {
     "qwen3": QwenTemplate(
-        qwen3_head, last_query_index, qwen3_flags, qwen3_message, qwen3_generation,
-        qwen3_reply_body, qwen3_append, True,
+        qwen3_head, last_query_index, qwen3_flags, qwen3_assistant, qwen3_generation,
+        qwen3_reply_body, True,
     ),
     "qwen2.5": QwenTemplate(
-        qwen25_head, _no_pivot, qwen25_flags, qwen25_message, _qwen25_generation, None,
-        _no_append, False,
+        qwen25_head, _no_pivot, qwen25_flags, qwen25_assistant, _qwen25_generation, None, False,
     ),
 }  # fmt: skip
 
@@ -375,6 +307,10 @@ class QwenScheme(MessageScheme):
     def tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, special=True)) if text else 0
 
+    def incremental(self) -> MessageCounts:
+        rules = self._rules
+        return MessageCounts(self, rules.pivot, rules.flags)
+
     def head_text(self, request: Request) -> tuple[str, str]:
         """The system part's and the tools part's text."""
         return self._rules.head(request)
@@ -391,10 +327,15 @@ class QwenScheme(MessageScheme):
 
     def message_text(self, message: Message, flags: Hashable) -> str:
         """One message's text as the template renders it under ``flags``."""
-        return self._rules.message(message, flags)
+        assert isinstance(flags, tuple)
+        if message.role == "assistant":
+            return self._rules.assistant(message, *flags)
+        if message.role == "tool":
+            return _tool_message(message, *flags)
+        return _turn(message.role, message_text(message))
 
     def message(self, message: Message, flags: Hashable) -> tuple[int, bool]:
-        tokens = self.tokens(self._rules.message(message, flags))
+        tokens = self.tokens(self.message_text(message, flags))
         images = message.images
         if not images:
             return tokens, False
@@ -424,8 +365,11 @@ class QwenScheme(MessageScheme):
 
     def body(self, message: Message) -> str | None:
         tool, turn = self._cuts
-        if not isinstance(message.content, str) and message.images:
-            return None
+        text = message.content
+        if not isinstance(text, str):
+            if message.images:
+                return None
+            text = message_text(message)
         role = message.role
         if role == "tool":
             return _tool_body(message) if tool else None
@@ -434,14 +378,7 @@ class QwenScheme(MessageScheme):
         if role == "assistant":
             reply_body = self._rules.reply_body
             return reply_body(message) if reply_body is not None else None
-        text = message_text(message)
         return text if text and not text[0].isspace() else None
-
-    def append_step(
-        self, messages: Sequence[Message], pivot: int
-    ) -> tuple[int, Hashable, Hashable, str] | None:
-        tool, turns = self._cuts
-        return self._rules.append(messages, pivot, turns) if tool else None
 
     def frame(self, role: str, flags: Hashable) -> tuple[str, str]:
         assert isinstance(flags, tuple)

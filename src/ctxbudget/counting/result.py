@@ -125,19 +125,6 @@ class RunningCounts:
         self.items += counts
         self.total += sum(counts)
 
-    def append_after(self, last: int, tokens: int) -> None:
-        """The last count (there is one) is ``last`` now, and ``tokens`` follows it:
-        ``replace(len(self) - 1, [last, tokens])`` without the lists, where no view reads the
-        last one (a step's usual case)."""
-        items = self.items
-        at = len(items) - 1
-        if at < self._frozen:
-            self.replace(at, [last, tokens])
-            return
-        self.total += last + tokens - items[at]
-        items[at] = last
-        items.append(tokens)
-
     def request_count(
         self, name: str, kind: Literal["exact", "estimate"], head: tuple[int, int], generation: int
     ) -> RequestCount:

@@ -14,7 +14,7 @@ and ``MessageCounts`` keeps each part's count from request to request.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Protocol
 
 from ctxbudget.counting.result import RequestCount, RunningCounts
@@ -126,16 +126,6 @@ class MessageScheme:
         """Tokens of ``text`` as the scheme's tokenizer counts it (special tokens parsed)."""
         raise NotImplementedError
 
-    def append_step(
-        self, messages: Sequence[Message], pivot: int
-    ) -> tuple[int, Hashable, Hashable, str] | None:
-        """An agent loop's usual step in one call: ``messages`` ends with one new message after
-        messages counted with ``pivot``, and the old last one has a body. ``(pivot, flags of
-        messages[-2], flags of messages[-1], body of messages[-1])`` when those are all the
-        step changes; None (the default) where ``pivot``/``flags``/``body`` must run. Equal to
-        them, as tests/counting/test_counter_steps.py checks; only a speed-up (Qwen3's)."""
-        return None
-
     def count(self, request: Request) -> RequestCount:
         """A full count of ``request``, with nothing kept."""
         messages = request.messages
@@ -162,8 +152,17 @@ class MessageCounts:
     looked at again, the new one is counted.
     """
 
-    def __init__(self, scheme: MessageScheme) -> None:
+    def __init__(
+        self,
+        scheme: MessageScheme,
+        pivot: Callable[[Sequence[Message], int, int], int] | None = None,
+        flags: Callable[[Sequence[Message], int, int], Sequence[Hashable]] | None = None,
+    ) -> None:
+        """``pivot`` and ``flags``: the functions behind the scheme's methods of those names,
+        where it has them (a step then calls them directly, a call less each)."""
         self._scheme = scheme
+        self._pivot_of = pivot or scheme.pivot
+        self._flags_of = flags or scheme.flags
         self._name, self._kind = scheme.name, scheme.kind
         self._split = scheme.splits
         self._generation = scheme.generation()
@@ -188,23 +187,21 @@ class MessageCounts:
         scheme = self._scheme
         if not change.same_head:
             self._head = scheme.head(request)
-        messages, kept = request.messages, change.kept
-        if change.appended and len(messages) == kept + 1 and self._append_one(messages):
-            return self._result()
+        messages, kept, old_pivot = request.messages, change.kept, self._pivot
         if change.appended:  # the old pivot holds for messages[:kept]: look at the new ones
-            pivot = scheme.pivot(messages, kept, self._pivot)
+            pivot = self._pivot_of(messages, kept, old_pivot)
         else:
-            pivot = scheme.pivot(messages)
+            pivot = self._pivot_of(messages, 0, NO_PIVOT)
         start = kept - 1 if kept else 0  # the old last message's neighbours changed
-        if pivot != self._pivot:
-            start = min(start, pivot + 1, self._pivot + 1)
-        flags = scheme.flags(messages, start, pivot)
+        if pivot != old_pivot:
+            start = min(start, pivot + 1, old_pivot + 1)
+        flags = self._flags_of(messages, start, pivot)
         counts: list[int] = []
         estimates = self._estimates
         if estimates and estimates[-1] >= start:  # committed at the end: a failure keeps them
             estimates = estimates[: bisect_left(estimates, start)]
         split, bodies, frames = self._split, self._bodies, self._frames
-        for message, f in zip(messages[start:], flags, strict=True):
+        for message, f in zip(messages[start:], flags, strict=False):  # as many, unchecked
             if split:  # a body's count whatever the flags, a frame's per flags
                 body = bodies.get(id(message))
                 if body is None or body[0] is not message:
@@ -225,37 +222,15 @@ class MessageCounts:
                 estimates.append(start + len(counts) - 1)
         self._counts.replace(start, counts)  # usually the old last message and the new one
         self._estimates, self._messages, self._pivot = estimates, messages, pivot
-        self._prune()
+        # Entries hold their message, so ids stay unique; drop those of messages long gone.
+        # The limit follows the largest request seen, so counting small side requests (one
+        # message at a time, as compaction does) does not wipe the conversation's entries.
+        if len(messages) > self._high:
+            self._high = len(messages)
+        limit = 2 * self._high + 64
+        if len(self._whole) > limit or len(bodies) > limit:
+            self._prune()
         return self._result()
-
-    def _append_one(self, messages: tuple[Message, ...]) -> bool:
-        """One message appended: the scheme's ``append_step`` in one call, where it answers
-        and the old last message has a body. False: the general step must run. A speed-up
-        only (see ``qwen.qwen3_append`` for why it is kept)."""
-        if not self._split or len(messages) < 2:
-            return False
-        last = messages[-2]
-        body = self._bodies.get(id(last))
-        if body is None or body[0] is not last or body[1] is None:
-            return False
-        scheme = self._scheme
-        step = scheme.append_step(messages, self._pivot)
-        if step is None:
-            return False
-        pivot, last_flags, new_flags, text = step
-        new, frames = messages[-1], self._frames
-        framed = frames.get((last.role, last_flags))
-        if framed is None:
-            framed = self._new_frame(last.role, last_flags)
-        new_framed = frames.get((new.role, new_flags))
-        if new_framed is None:
-            new_framed = self._new_frame(new.role, new_flags)
-        tokens = scheme.tokens(text)
-        self._bodies[id(new)] = (new, tokens)
-        self._counts.append_after(body[1] + framed, tokens + new_framed)
-        self._messages, self._pivot = messages, pivot
-        self._prune()
-        return True
 
     def _new_frame(self, role: str, flags: Hashable) -> int:
         """The frame's tokens, counted and kept."""
@@ -280,13 +255,7 @@ class MessageCounts:
         return tokens, estimated
 
     def _prune(self) -> None:
-        # Entries hold their message, so ids stay unique; drop those of messages long gone.
-        # The limit follows the largest request seen, so counting small side requests (one
-        # message at a time, as compaction does) does not wipe the conversation's entries.
-        if len(self._messages) > self._high:
-            self._high = len(self._messages)
-        limit = 2 * self._high + 64
-        if len(self._whole) > limit or len(self._bodies) > limit:
-            live = {id(m) for m in self._messages}
-            self._whole = {k: v for k, v in self._whole.items() if k[0] in live}
-            self._bodies = {k: v for k, v in self._bodies.items() if k in live}
+        """Drop the entries of messages the last request does not hold."""
+        live = {id(m) for m in self._messages}
+        self._whole = {k: v for k, v in self._whole.items() if k[0] in live}
+        self._bodies = {k: v for k, v in self._bodies.items() if k in live}

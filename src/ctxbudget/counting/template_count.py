@@ -28,17 +28,18 @@ from ctxbudget.counting.hf import (
 from ctxbudget.counting.result import PerMessage, RequestCount, RunningCounts, new_count
 from ctxbudget.counting.sandbox import Limits, run_bounded
 from ctxbudget.counting.template_build import splitter
-from ctxbudget.counting.template_frame import Frame, Observed, Reads, frame_allowed, unobserved
-from ctxbudget.counting.template_input import message_dict, template_tools
-from ctxbudget.counting.template_loop import (
-    LOOP_MARKER,
-    ListVersion,
-    LoopMemo,
-    LoopPlan,
-    plan_loop,
+from ctxbudget.counting.template_frame import (
+    Frame,
+    Observed,
+    Reads,
+    frame_allowed,
+    suffix_start,
+    unobserved,
 )
+from ctxbudget.counting.template_input import message_dict, template_tools
+from ctxbudget.counting.template_loop import LOOP_MARKER, LoopMemo, LoopPlan, plan_loop
 from ctxbudget.errors import InputError
-from ctxbudget.messages.model import Change, Message, Request, alike, same
+from ctxbudget.messages.model import NOTHING_KEPT, Change, Message, Request
 from ctxbudget.tokens.base import CounterKind
 from ctxbudget.tokens.registry import ExactTokenizer
 
@@ -55,10 +56,12 @@ def _message_chars(message: Message, text: str) -> int:
 
 @dataclass(slots=True)
 class PieceCache:
-    """What one ``RequestCounter`` keeps between steps of a template scheme: token counts of
-    rendered pieces by text, the template dicts of the last request's messages, the loop memo.
+    """What one ``RequestCounter`` keeps between steps of a template scheme (its incremental
+    state): token counts of rendered pieces by text, the template dicts of the last request's
+    messages, the loop memos.
     """
 
+    scheme: TemplateScheme
     counts: dict[str, int] = field(default_factory=dict)
     shares: dict[tuple[Any, ...], int] = field(default_factory=dict)
     loops: dict[str, LoopMemo] = field(default_factory=dict)
@@ -106,11 +109,18 @@ class PieceCache:
             self.unchanged = head + common
         return listed
 
-    def list_version(self, start: int) -> ListVersion:
-        """The version of ``listed[start:]`` now, for ``LoopMemo``."""
-        return ListVersion(
-            (self.version, start), (self.version - 1, start), max(0, self.unchanged - start)
-        )
+    def same_since(self, seen: tuple[int, int] | None) -> int:
+        """How many leading items of ``listed`` are the very objects they were when a loop
+        last ran (``LoopMemo.seen``): the kept ones when that was the version before, else 0."""
+        return self.unchanged if seen is not None and seen[0] == self.version - 1 else 0
+
+    def kept_in_loop(self, seen: tuple[int, int] | None, start: int) -> int:
+        """How many leading items of ``listed[start:]`` are the very items a loop was given
+        when it last ran (``LoopMemo.seen``): 0 unless it ran on the version before, on the
+        list from the same ``start``."""
+        if seen is None or seen[1] != start:
+            return 0
+        return max(0, self.same_since(seen) - start)
 
     def suffix(self, start: int) -> list[dict[str, Any]]:
         """``listed[start:]``: ``listed`` or ``dicts`` themselves where it is one of them."""
@@ -120,8 +130,10 @@ class PieceCache:
             return self.dicts
         return self.listed[start:]
 
-    def template_tools(self, request: Request) -> list[dict[str, Any]] | None:
-        if self.tool_specs is None or not alike(self.tool_specs, request.tools):
+    def template_tools(self, request: Request, same_head: bool) -> list[dict[str, Any]] | None:
+        """The tools' template dicts: the same list while the head is the same
+        (``Change.same_head``)."""
+        if not same_head or self.tool_specs is None:
             self.tool_specs, self.tools = request.tools, template_tools(request)
             self.tools_key = repr(self.tools)
         return self.tools
@@ -129,10 +141,12 @@ class PieceCache:
     def input_chars(self, request: Request) -> int:
         return len(request.system or "") + (self.chars[-1] if self.chars else 0)
 
-    def trim(self) -> None:
-        """Forget the piece counts when there are too many (the next step re-tokenises)."""
-        if len(self.counts) > MAX_CACHED_PIECES:
+    def count(self, request: Request, change: Change) -> RequestCount:
+        """The count of ``request``, rendering and tokenising what changed."""
+        result = self.scheme.count_from(request, self, change)
+        if len(self.counts) > MAX_CACHED_PIECES:  # forgotten: the next step re-tokenises
             self.counts.clear()
+        return result
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,9 +166,9 @@ class TemplateScheme:
         """A template's count is exact: the model's own template and tokenizer."""
         return "exact"
 
-    def incremental(self) -> TemplateCounts:
+    def incremental(self) -> PieceCache:
         """A fresh state for counting request after request."""
-        return TemplateCounts(self)
+        return PieceCache(self)
 
     def source(self, tools: Any) -> str:
         return self.template.source(tools=tools is not None, name=self.template_name)
@@ -181,9 +195,6 @@ class TemplateScheme:
             **extra,
         )
 
-    def _tokens(self, text: str, cache: PieceCache) -> int:
-        return self._total(self.tokenizer.pieces(text), cache)
-
     def _measure(
         self, cache: PieceCache, text: str, pieces: list[str] | None = None
     ) -> tuple[int, tuple[bool, bool]]:
@@ -197,12 +208,8 @@ class TemplateScheme:
         cuts = self.tokenizer.cut_tokens
         return self._total(pieces, cache), (pieces[0] in cuts, pieces[-1] in cuts)
 
-    def _counts(self, pieces: list[str], cache: PieceCache) -> list[int]:
-        """Each piece's count: from the cache, the new ones tokenised in one batch."""
-        return list(map(self._cached(pieces, cache).__getitem__, pieces))
-
     def _total(self, pieces: list[str], cache: PieceCache) -> int:
-        """The pieces' tokens, as ``sum(_counts(...))`` without the list."""
+        """The pieces' tokens: from the cache, the new ones tokenised in one batch."""
         counts = cache.counts
         if not all(map(counts.__contains__, pieces)):
             self._cached(pieces, cache)
@@ -219,15 +226,15 @@ class TemplateScheme:
             counts.update(zip(new, self.tokenizer.count_special_many(new), strict=True))
         return counts
 
-    def count(
-        self, request: Request, cache: PieceCache | None = None, kept: int = 0
-    ) -> RequestCount:
-        """The exact total with a per-part breakdown that adds up to it; ``cache`` holds what
-        the count of an earlier request left, whose first ``kept`` messages ``request`` has."""
-        if cache is None:
-            cache, kept = PieceCache(), 0
-        messages = cache.template_messages(request, kept)
-        tools = cache.template_tools(request)
+    def count(self, request: Request) -> RequestCount:
+        """The exact total with a per-part breakdown that adds up to it, with nothing kept."""
+        return self.count_from(request, PieceCache(self), NOTHING_KEPT)
+
+    def count_from(self, request: Request, cache: PieceCache, change: Change) -> RequestCount:
+        """The count of ``request``; ``cache`` holds what the count of the request before
+        left, and ``change`` says what differs from it."""
+        messages = cache.template_messages(request, change.kept)
+        tools = cache.template_tools(request, change.same_head)
         source = self.source(tools)
         chars = cache.input_chars(request)  # the sandbox's limits grow with the input
         plan = plan_loop(source) if self.memoise_loop else None
@@ -238,7 +245,7 @@ class TemplateScheme:
         head = messages[:1] if request.system is not None else []  # the system dict
         full = self.render(messages, tools, source=source, limits=Limits(input_chars=chars))
         pieces = self.tokenizer.pieces(full)
-        counts = self._counts(pieces, cache)
+        counts = list(map(self._cached(pieces, cache).__getitem__, pieces))
         is_token = [self.tokenizer.is_cut_token(p) for p in pieces]
         firsts = _message_pieces(full, pieces, is_token, messages)[len(head) :]
         bounds = [firsts[0] if firsts else len(pieces), *firsts[1:], len(pieces)]
@@ -259,70 +266,49 @@ class TemplateScheme:
         chars: int,
     ) -> RequestCount | None:
         """The count with the message loop memoised; None when the loop's parts cannot be
-        counted apart (a part that meets its neighbour without an added token between).
+        counted apart (a part that meets its neighbour without an added token between) or
+        the loop is not given the messages from some index on.
         ``chars``: the input's size, for the sandbox's limits (made only when Jinja runs)."""
         memo = cache.loops.get(source)
         if memo is None:
-            memo = cache.loops[source] = LoopMemo()
-            memo.run = memo.callback(
-                plan, functools.partial(self._measure, cache), splitter(self.tokenizer)
-            )
-        run = memo.run
-        frame = memo.frame
-        if frame is not None and frame.reusable(messages, tools, strftime_now):
+            measure = functools.partial(self._measure, cache)
+            memo = cache.loops[source] = LoopMemo(plan, measure, splitter(self.tokenizer))
+        run, frame, seen = memo.run, memo.frame, memo.seen
+        memo.seen = None  # until the loop has run
+        n = len(messages)
+        start = None if frame is None else suffix_start(n, frame.view)
+        if start is not None and frame.reusable(n, cache.same_since(seen), tools, strftime_now):
             # The head and tail would render as last time: run the loop alone.
-            version = None
-
-            def kept(start: int) -> list[dict[str, Any]]:
-                nonlocal version
-                version = cache.list_version(start)
-                return cache.suffix(start)
 
             def guard(call: Callable[[], None]) -> None:
                 run_template_code(lambda: run_bounded(call, Limits(input_chars=chars)))
 
-            loop_input = frame.loop_input(messages, kept)
+            loop_input, known = cache.suffix(start), cache.kept_in_loop(seen, start)
             # Texts built from proven shapes and their tokenising fail as a render would.
             run_template_code(
                 lambda: run(
                     loop_input,
                     frame.body,
                     frame.outer,  # a tuple: the memo keeps it, and knows it the next step
-                    kept=True,
+                    known,
                     guard=guard,
-                    version=version,
                 )
             )
+            memo.seen = (cache.version, start)
         else:
             limits = Limits(input_chars=chars)
-            frame = self._render_frame(plan, source, messages, tools, cache, limits, run)
+            frame = self._render_frame(plan, source, messages, tools, cache, limits, seen)
             if frame is None:
                 return None
-        return self._loop_result(source, request, messages, tools, cache, memo, frame)
-
-    def _loop_result(
-        self,
-        source: str,
-        request: Request,
-        messages: list[dict[str, Any]],
-        tools: Any,
-        cache: PieceCache,
-        memo: LoopMemo,
-        frame: Frame,
-    ) -> RequestCount | None:
-        """The count from the loop's texts as ``memo`` has them now, around ``frame``'s head
-        and tail."""
-        items = memo.items
-        offset = len(messages) - len(items)
-        suffix = not items or (
-            offset >= 0 and same(items[0], messages[offset]) and same(items[-1], messages[-1])
-        )
-        if not suffix or not self._apart(frame, memo):
+        # The count from the loop's texts around the frame's head and tail, when the loop ran
+        # on messages[offset:] (each text then belongs to one message) and they count apart.
+        if memo.seen is None or not self._apart(frame, memo):
             memo.frame = None
             return None
+        offset = memo.seen[1]
         h = 1 if request.system is not None else 0  # the system dict
         lead = max(0, h - offset)  # the system prompt's own loop text (0 or 1 of them)
-        fixes = memo.join_fixes(lambda text: self._tokens(text, cache)) if memo.bad else {}
+        fixes = memo.join_fixes(lambda text: self._measure(cache, text)[0]) if memo.bad else {}
         lead_tokens = memo.counts.items[0] if lead else 0
         head_tokens = frame.before_tokens + lead_tokens
         message_tokens = memo.counts.total - lead_tokens + sum(fixes.values())
@@ -357,19 +343,24 @@ class TemplateScheme:
         tools: Any,
         cache: PieceCache,
         limits: Limits,
-        run: Any,
+        seen: tuple[int, int] | None,
     ) -> Frame | None:
         """Render the template with its loop memoised, watching what the head and tail read
-        of ``messages``; the frame is kept in the memo when a later step may reuse it."""
+        of ``messages``; the frame is kept in the memo when a later step may reuse it.
+        ``seen``: the memo's ``seen`` before this count."""
         memo = cache.loops[source]
         memo.frame = None
-        reads = Reads()
+        reads = Reads(len(messages))
         called: list[tuple[tuple[slice, ...] | None, Any, tuple[Any, ...]]] = []
 
         def loop(view: Any, body: Any, outer: list[Any]) -> str:
             items, path = unobserved(view)
             called.append((path, body, tuple(outer)))
-            return str(run(items, body, outer))
+            start = None if path is None else suffix_start(len(messages), path)
+            known = 0 if start is None else cache.kept_in_loop(seen, start)
+            text = str(memo.run(items, body, outer, known))
+            memo.seen = None if start is None else (cache.version, start)
+            return text
 
         text = self.render(
             Observed(messages, reads),
@@ -400,7 +391,8 @@ class TemplateScheme:
             after_cut=after_cut,
             length_cuts=plan.length_cuts,
         )
-        if view is not None and plan.deterministic and not reads.whole and frame_allowed(outer):
+        reusable = plan.deterministic and not reads.whole and frame_allowed(outer)
+        if reusable and memo.seen is not None:  # a later step may run the loop alone
             memo.frame = frame
         return frame
 
@@ -458,23 +450,9 @@ class TemplateScheme:
             without = self._prefix(source, head, None)
             share = 0
             if with_tools is not None and without is not None:
-                share = self._tokens(with_tools, cache) - self._tokens(without, cache)
+                share = self._measure(cache, with_tools)[0] - self._measure(cache, without)[0]
             cache.shares[key] = share
         return min(max(share, 0), head_tokens)
-
-
-class TemplateCounts:
-    """What a ``RequestCounter`` keeps between requests for a template scheme."""
-
-    def __init__(self, scheme: TemplateScheme) -> None:
-        self.scheme = scheme
-        self.cache = PieceCache()
-
-    def count(self, request: Request, change: Change) -> RequestCount:
-        """The count of ``request``, rendering and tokenising what changed."""
-        result = self.scheme.count(request, self.cache, change.kept)
-        self.cache.trim()
-        return result
 
 
 def _per_message(

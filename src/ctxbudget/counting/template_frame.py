@@ -18,16 +18,18 @@ from typing import Any, NoReturn, SupportsIndex
 from jinja2.runtime import Undefined
 from markupsafe import Markup
 
-_MISSING: Any = object()  # a read that raised IndexError
 # Values the loop body may take from the head: text, numbers, functions (raise_exception).
 _FIXED = (str, int, float, bool, type(None), Markup, Undefined, type(len), type(lambda: None))
 
 
 @dataclass(slots=True)
 class Reads:
-    """What one render read of ``messages``, and of the clock."""
+    """What one render read of ``messages`` (of ``length`` items), and of the clock."""
 
-    items: list[tuple[tuple[slice, ...], int, Any]] = field(default_factory=list)
+    length: int
+    items: list[tuple[tuple[slice, ...], int, int | None]] = field(default_factory=list)
+    """Each item read: the slices it was read through, its index there, and its position in
+    ``messages`` (None: out of range)."""
     lengths: list[tuple[tuple[slice, ...], int]] = field(default_factory=list)
     whole: bool = False
     """True when the render read ``messages`` some other way (iterated, compared, printed)."""
@@ -52,6 +54,14 @@ def _view(n: int, path: tuple[slice, ...]) -> range:
     return positions
 
 
+def _position(n: int, path: tuple[slice, ...], index: int) -> int | None:
+    """Where ``index`` of the list ``path`` makes from ``n`` messages is; None: out of range."""
+    try:
+        return _view(n, path)[index] if path else range(n)[index]
+    except IndexError:
+        return None
+
+
 class Observed(list[Any]):
     """A list of message dicts that records, in ``reads``, what is read of it."""
 
@@ -68,13 +78,9 @@ class Observed(list[Any]):
         if type(key) is not int:
             self._whole()
             return list.__getitem__(self, key)
-        try:
-            value = list.__getitem__(self, key)
-        except IndexError:
-            self._reads.items.append((self._path, key, _MISSING))
-            raise
-        self._reads.items.append((self._path, key, value))
-        return value
+        reads = self._reads
+        reads.items.append((self._path, key, _position(reads.length, self._path, key)))
+        return list.__getitem__(self, key)
 
     def __len__(self) -> int:
         n = list.__len__(self)
@@ -166,47 +172,31 @@ class Frame:
     """Lengths only compared with these constants (``LoopPlan.length_cuts``): a length on the
     same side of each as before reads the same; None: only the same length does."""
 
-    def reusable(self, messages: list[Any], tools: Any, now: Callable[[str], str]) -> bool:
-        """True when a render of ``messages`` would read the same objects as this one did."""
+    def reusable(self, n: int, same: int, tools: Any, now: Callable[[str], str]) -> bool:
+        """True when a render of ``n`` messages, the first ``same`` of them the very items this
+        render was given (the requests' kept prefix), would read what this one read."""
         reads = self.reads
         if tools is not self.tools:
             return False
         for fmt, text in reads.clock:  # loops, not generators: a step runs each once
             if now(fmt) != text:
                 return False
-        n = len(messages)
         cuts = self.length_cuts
         for path, length in reads.lengths:
             other = len(_view(n, path))
             if other != length and (cuts is None or _side(other, cuts) != _side(length, cuts)):
                 return False
-        for path, index, value in reads.items:
-            try:
-                got = messages[_view(n, path)[index] if path else index]
-            except IndexError:
-                got = _MISSING
-            if got is not value:
+        for path, index, position in reads.items:  # each read at a kept position, as before
+            if _position(n, path, index) != position or (position is not None and position >= same):
                 return False
         return True
 
-    def suffix_start(self, n: int) -> int | None:
-        """``k`` where this render's loop is given ``messages[k:]`` of ``n`` messages; None
-        when it is given another slice."""
-        positions = _view(n, self.view)
-        return positions.start if positions.step == 1 and positions.stop == n else None
 
-    def loop_input(
-        self, messages: list[Any], suffix: Callable[[int], list[Any]] | None = None
-    ) -> list[Any]:
-        """The list this render's loop would be given for ``messages``; ``suffix(k)`` is a
-        list equal to ``messages[k:]`` that the caller keeps (not copied)."""
-        start = self.suffix_start(len(messages))
-        if start is not None and suffix is not None:
-            return suffix(start)
-        positions = _view(len(messages), self.view)
-        if positions.step == 1:
-            return messages[positions.start : positions.stop]
-        return [messages[i] for i in positions]
+def suffix_start(n: int, path: tuple[slice, ...]) -> int | None:
+    """``k`` where the list ``path`` makes from ``n`` messages is ``messages[k:]``; None when it
+    is another slice."""
+    positions = _view(n, path)
+    return positions.start if positions.step == 1 and positions.stop == n else None
 
 
 def _side(length: int, cuts: frozenset[int]) -> tuple[bool, ...]:

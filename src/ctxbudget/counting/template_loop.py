@@ -14,15 +14,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, count
-from operator import is_not
 from typing import Any
 
 from ctxbudget.counting.result import RunningCounts
 from ctxbudget.counting.sandbox import value_limit
 from ctxbudget.counting.template_build import ShapeTexts, Splitter, kept_values, same_values
 from ctxbudget.counting.template_shape import BodyShapes, body_shapes
-from ctxbudget.messages.model import alike, same
+from ctxbudget.messages.model import same
 
 LOOP_MARKER = "\ue000ctxbudget-loop\ue001"  # private-use characters: never in a template
 _BODY, _LOOP = "ctxbudget_loop_body", "ctxbudget_loop"
@@ -251,27 +249,19 @@ def _length_cuts(tree: Any) -> frozenset[int] | None:
     return frozenset(cuts) if uses == 0 else None
 
 
-@dataclass(frozen=True, slots=True)
-class ListVersion:
-    """Which version of its kept list a caller gives the loop, and how much of it is unchanged:
-    where the memo ran on ``previous`` last, the first ``unchanged`` items are the very items
-    it kept, known equal without a compare."""
-
-    version: tuple[int, int]
-    """The list's version now (any value the caller changes each time the list changes)."""
-    previous: tuple[int, int]
-    """The version before."""
-    unchanged: int
-    """How many leading items of the list are the very objects of version ``previous``."""
+Measure = Callable[[str, list[str] | None], tuple[int, tuple[bool, bool]]]
+"""A text's token count (from its pieces, when known) and whether it starts / ends with an
+added token the tokenizer cuts at."""
 
 
 @dataclass(slots=True)
 class LoopMemo:
     """The texts and counts of the last render's loop, by position, and what they came from."""
 
-    items: list[Any] = field(default_factory=list)
-    """The items of the last render's loop (equal to them, the same objects but where a
-    ``kept`` render found them equal)."""
+    plan: LoopPlan
+    measure: Measure
+    splitter: Splitter | None = None
+    """Cuts the texts built from a proven shape into pieces."""
     outer: Sequence[Any] | None = None
     texts: list[str] = field(default_factory=list)
     counts: RunningCounts = field(default_factory=RunningCounts)
@@ -282,72 +272,49 @@ class LoopMemo:
     joins: dict[int, tuple[tuple[str, ...], int]] = field(default_factory=dict)
     """Per run of texts that meet without such a token, by its first position: its texts and
     how many tokens the joined text has beyond their own counts (``join_fixes``)."""
-    version: tuple[int, int] | None = None
-    """The ``ListVersion.version`` of the list the last ``kept`` run was given (None:
-    unknown)."""
+    seen: tuple[int, int] | None = None
+    """The message list's version and where the loop's list started in it, at the last run
+    (``PieceCache.kept_in_loop``); None: unknown."""
     frame: Any = None
     """The last render's head and tail (``template_frame.Frame``), when they may be reused."""
-    run: Any = None
-    """Its ``callback``, made once by the memo's owner."""
-    shapes: ShapeTexts | None = None
-    """The texts built from the body's proven shapes (``callback``'s)."""
-    measure: Callable[[str, list[str] | None], tuple[int, tuple[bool, bool]]] | None = None
-    """``callback``'s ``measure``."""
+    shapes: ShapeTexts | None = field(init=False, default=None)
+    """The texts built from the body's proven shapes."""
 
-    def callback(
+    def __post_init__(self) -> None:
+        if self.plan.shapes is not None:
+            self.shapes = ShapeTexts(self.plan.shapes, self.splitter)
+
+    def run(
         self,
-        plan: LoopPlan,
-        measure: Callable[[str, list[str] | None], tuple[int, tuple[bool, bool]]],
-        splitter: Splitter | None = None,
-    ) -> Callable[..., str]:
-        """The ``ctxbudget_loop`` function the rewritten template calls; ``measure`` gives a
-        text's token count (from its pieces, when known) and whether it starts / ends with an
-        added token cut at; ``splitter`` cuts the texts built from a proven shape. A caller
-        that keeps ``messages`` and changes it later says ``kept=True``: the memo then copies
-        what changed into its own list instead of keeping ``messages``. A caller outside a
-        render passes ``guard``, which runs the bodies Jinja must render within the sandbox's
-        bounds (texts built from a proven shape need none). ``version`` (a ``kept`` caller's)
-        says which version of its list ``messages`` is (``ListVersion``)."""
-
-        shapes = ShapeTexts(plan.shapes, splitter) if plan.shapes is not None else None
-        self.shapes, self.measure = shapes, measure
-
-        def run(
-            messages: list[Any],
-            body: Any,
-            outer: Sequence[Any],
-            kept: bool = False,
-            guard: Callable[[Callable[[], None]], None] | None = None,
-            version: ListVersion | None = None,
-        ) -> str:
-            known = 0
-            if version is not None and version.previous == self.version:
-                known = version.unchanged
-            start = self._first_stale(plan, messages, outer, known)
-            self.outer = self.version = None  # until this render ends: a template that fails
-            n = len(messages)  # midway (raise_exception) leaves texts the next one must redo
-            if n < len(self.texts):
-                self.counts.cut(n)
-                del self.texts[n:], self.edges[n:]
-            early = range(min(plan.before, start))  # messages[-1] of the first ones wraps
-            changed = [*early, *range(start, n)]
-            self._store(changed, _texts(plan, shapes, changed, messages, body, outer, guard), n)
-            if kept:  # the first ``start`` items equal the last ones (``_first_stale``)
-                del self.items[n:]
-                self.items[start:] = messages[start:n]
-            else:  # a fresh list from the template's call
-                self.items = messages
-            self.outer = kept_values(outer)
-            self.version = version.version if kept and version is not None else None
-            return LOOP_MARKER
-
-        return run
+        messages: list[Any],
+        body: Any,
+        outer: Sequence[Any],
+        known: int = 0,
+        guard: Callable[[Callable[[], None]], None] | None = None,
+    ) -> str:
+        """The ``ctxbudget_loop`` function the rewritten template calls (and a step calls
+        outside a render): each message's text and count kept by position. ``known``: how many
+        leading items of ``messages`` are the very items of the last run (the request's kept
+        prefix): only what follows them is rendered. A caller outside a render passes
+        ``guard``, which runs the bodies Jinja must render within the sandbox's bounds (texts
+        built from a proven shape need none)."""
+        plan, n = self.plan, len(messages)
+        start = self._first_stale(n, outer, known)
+        self.outer = None  # until this render ends: a template that fails midway
+        # (raise_exception) leaves texts the next one must redo
+        if n < len(self.texts):
+            self.counts.cut(n)
+            del self.texts[n:], self.edges[n:]
+        early = range(min(plan.before, start))  # messages[-1] of the first ones wraps
+        changed = [*early, *range(start, n)]
+        self._store(changed, _texts(plan, self.shapes, changed, messages, body, outer, guard), n)
+        self.outer = kept_values(outer)
+        return LOOP_MARKER
 
     def _store(self, changed: list[int], made: list[tuple[str, list[str] | None]], n: int) -> None:
         """Measure the texts ``made`` for the ``changed`` positions (in order) and keep them,
         with where they meet their neighbours, in a loop of ``n`` texts."""
         texts, counts, edges, measure = self.texts, self.counts, self.edges, self.measure
-        assert measure is not None  # ``callback`` gave it
         for i, (text, pieces) in zip(changed, made, strict=True):
             tokens, edge = measure(text, pieces)
             counts.put(i, tokens)
@@ -421,31 +388,15 @@ class LoopMemo:
         self.joins = joins
         return fixes
 
-    def _first_stale(
-        self, plan: LoopPlan, messages: list[Any], outer: Sequence[Any], known: int = 0
-    ) -> int:
-        """The first loop position to render again; ``messages[:known]`` are known to be the
-        very items the last run kept (``ListVersion``)."""
+    def _first_stale(self, n: int, outer: Sequence[Any], known: int) -> int:
+        """The first of ``n`` loop positions to render again, the first ``known`` items being
+        the very items of the last run: the one after them, less how far ahead a body looks."""
+        plan = self.plan
         if not same_values(self.outer, outer) or not plan.loop_attrs.isdisjoint(_LENGTH):
             return 0
-        old = self.items
-        common = min(len(old), len(messages), len(self.texts))
-        if known < common:
-            equal = _starts_with(messages, old, common, known)  # identity first, in C
-            # Slices from ``known``, not islice: islice steps through (and touches) every item
-            # before it, thousands of messages at each count of an edited request.
-            differ = map(is_not, old[known:common], messages[known:common])
-            if equal:  # an equal dict may print apart (tool-call arguments parsed: True == 1):
-                # the items that are not the very same are compared as printed
-                apart = (
-                    i for i in compress(count(known), differ) if not alike(old[i], messages[i])
-                )
-                common = next(apart, common)
-            else:
-                common = next(compress(count(known), differ))  # in C: thousands of messages
-        start = common - plan.after
-        if "last" in plan.loop_attrs and len(old) != len(messages):
-            start = min(start, len(old) - 1)
+        start = min(known, len(self.texts)) - plan.after
+        if "last" in plan.loop_attrs and len(self.texts) != n:
+            start = min(start, len(self.texts) - 1)
         return max(start, 0)
 
 
@@ -480,21 +431,3 @@ def _texts(
 
         render() if guard is None else guard(render)
     return made  # type: ignore[return-value]
-
-
-def _starts_with(new: list[Any], old: list[Any], common: int, known: int = 0) -> bool:
-    """``new[:common] == old[:common]`` (items by identity, then value) without slicing all of
-    ``old``: a slice's reference counts touch every message, a step's cost at thousands of
-    them. The first ``known`` items are known the same (only the rest are compared). On a pure
-    append (``old`` whole) ``new`` is cut to ``old``'s length for the compare and given its
-    tail back (lists of unequal length compare unequal at once)."""
-    if known:
-        return bool(old[known:common] == new[known:common])
-    if type(new) is not list or common != len(old) or common > len(new):
-        return bool(old[:common] == new[:common])
-    tail = new[common:]
-    del new[common:]
-    try:
-        return bool(old == new)
-    finally:
-        new += tail

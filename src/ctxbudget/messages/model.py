@@ -208,12 +208,18 @@ def what_changed(before: Request | None, after: Request) -> Change:
     if before is None:
         return NOTHING_KEPT
     old, new = before.messages, after.messages
+    tools = before.tools
     same_head = before is after or (
-        before.system == after.system and alike(before.tools, after.tools)
+        before.system == after.system and (tools is after.tools or alike(tools, after.tools))
     )
     known = old is new or after._extends is old
     kept = len(old) if known else common_prefix(old, new)
-    return Change(kept, kept == len(old), same_head, same_head and old is new)
+    # tuple.__new__, not Change(...): a named tuple's own __new__ is a Python function, and
+    # every step of an agent loop makes one Change.
+    return _new_change(Change, (kept, kept == len(old), same_head, same_head and old is new))
+
+
+_new_change = tuple.__new__
 
 
 def extends(request: Request, messages: tuple[Message, ...]) -> bool:
