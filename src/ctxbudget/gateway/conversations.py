@@ -81,6 +81,7 @@ from ctxbudget.errors import ArchiveError, CtxbudgetError
 from ctxbudget.gateway.api import Parsed
 from ctxbudget.gateway.config import GatewayConfig
 from ctxbudget.integrations._view import UsageMemory
+from ctxbudget.messages.jsondepth import ItemKeys
 from ctxbudget.messages.model import Message, Request
 
 if TYPE_CHECKING:
@@ -98,19 +99,24 @@ MAX_STORE_LOOKUPS = 4096
 resumed after a restart is found by the list it was first seen with, which is rarely longer."""
 
 
-def item_chain(api: str, head: Any, items: Sequence[Any]) -> list[bytes]:
+def item_chain(
+    api: str, head: Any, items: Sequence[Any], keys: ItemKeys | None = None
+) -> list[bytes]:
     """The identity of each prefix of ``items``: ``out[i]`` stands for ``items[: i + 1]`` (with
     the ``head`` that frames them, in API ``api``). Items are hashed as canonical JSON (sorted
-    keys), so a client that reorders an object's keys is still recognised."""
+    keys), so a client that reorders an object's keys is still recognised; ``keys``: that JSON
+    where the caller made it already (`DepthMemo.body_depth`), by the item's ``id()``."""
     state = hashlib.blake2b(
         api.encode() + b"\0" + orjson.dumps(head, option=orjson.OPT_SORT_KEYS), digest_size=16
     ).digest()
     out: list[bytes] = []
     blake2b, dumps, sort_keys = hashlib.blake2b, orjson.dumps, orjson.OPT_SORT_KEYS
+    known = keys or {}
     for item in items:
         # The same digest as blake2b(state + item's JSON), without copying the two together.
         step = blake2b(state, digest_size=16)
-        step.update(dumps(item, option=sort_keys))
+        key = known.get(id(item))
+        step.update(dumps(item, option=sort_keys) if key is None else key)
         state = step.digest()
         out.append(state)
     return out

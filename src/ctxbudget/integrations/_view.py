@@ -16,7 +16,7 @@ from ctxbudget.integrations._guard import ADAPTER_META_PREFIX
 from ctxbudget.messages.model import Message, join_system
 from ctxbudget.messages.usage import Usage
 
-__all__ = ["SOURCE_KEY", "Substitution", "Translated", "UsageMemory", "translate"]
+__all__ = ["SOURCE_KEY", "Substitution", "Translated", "UsageMemory", "stamp", "translate"]
 
 Item = TypeVar("Item")
 SOURCE_KEY = f"{ADAPTER_META_PREFIX}source"
@@ -73,13 +73,18 @@ def translate(
     System messages before the conversation proper (before any message that is neither a
     system message nor our summary) become the system prompt, wherever their items put them:
     pydantic-ai keeps the system prompt in the first request, next to the user's task.
+
+    A message ``one`` returns already stamped with its item's index (`stamp`) is kept as the
+    very object it is: a caller that remembers its reads (the gateway's item memo) then gets
+    the same `Message` objects for an unchanged item request after request, and comparisons
+    of a resent list stop at identity instead of comparing every field.
     """
     per_item: list[tuple[Message, ...]] = []
     system: list[str | None] = []
     lead = 0
     started = not lead_system
     for i, item in enumerate(items):
-        got = [dataclasses.replace(m, meta={**m.meta, SOURCE_KEY: i}) for m in one(item)]
+        got = stamp(one(item), i)
         kept = []
         for m in got:
             if m.role == "system" and not started:
@@ -93,6 +98,17 @@ def translate(
             lead = i + 1
     messages = tuple(m for group in per_item for m in group)
     return Translated(tuple(items), join_system(system), messages, tuple(per_item), lead)
+
+
+def stamp(messages: Sequence[Message], index: int) -> list[Message]:
+    """``messages`` marked as translated from item ``index`` (``meta[SOURCE_KEY]``); a message
+    marked so already is returned as it is (the same object), not copied."""
+    return [
+        m
+        if type(m.meta.get(SOURCE_KEY)) is int and m.meta[SOURCE_KEY] == index
+        else dataclasses.replace(m, meta={**m.meta, SOURCE_KEY: index})
+        for m in messages
+    ]
 
 
 def _same(a: Sequence[Message], b: Sequence[Message]) -> bool:
