@@ -54,7 +54,7 @@ from ctxbudget.errors import (
 from ctxbudget.gateway.api import JsonBody, Parsed, WireApi, json_object, merge_usage
 from ctxbudget.gateway.chat import CHAT
 from ctxbudget.gateway.config import GatewayConfig
-from ctxbudget.gateway.conversations import Conversation, Conversations, item_chain
+from ctxbudget.gateway.conversations import Conversation, Conversations
 from ctxbudget.gateway.discover import ServedWindows, discover_window, missing_window
 from ctxbudget.gateway.lifecycle import Health, mount_ops, ops_routes
 from ctxbudget.gateway.logs import RequestLog, log_request
@@ -199,8 +199,8 @@ class Gateway:
                 timer.done("passthrough", passed.status_code)
                 return passed
             conversations = await self.conversations()
-            # once a request
-            chain = item_chain(api.name, parsed.head, parsed.translated.items, keys)
+            # Once a request, and only its new items hashed (`ChainMemo`).
+            chain = conversations.chains.chain(api.name, parsed.head, parsed.translated.items, keys)
             conversation = await conversations.find(api.name, parsed, chain)
             return await self._run(
                 http, api, raw, body, parsed, conversations, conversation, timer, chain

@@ -85,7 +85,8 @@ class DepthMemo:
 
     def __init__(self, max_bytes: int = 32 * 2**20) -> None:
         self.max_bytes = max_bytes
-        self._depths: dict[bytes, int] = {}
+        self._depths: dict[bytes, tuple[bytes, int]] = {}
+        """Each value's depth, and the key object itself (`body_depth` hands that one out)."""
         self._bytes = 0
         self._lock = threading.Lock()
         self.walked = 0
@@ -116,9 +117,13 @@ class DepthMemo:
             found = [dumps(item, option=sort_keys) for item in items]
         except orjson.JSONEncodeError:  # past orjson's 255 levels, or an int past 64 bits
             return json_depth(items, limit)  # walked, nothing remembered
-        keys.update(zip(map(id, items), found, strict=True))
         with self._lock:
-            known = list(map(self._depths.get, found))
+            remembered = list(map(self._depths.get, found))
+        # The remembered key object stands for an equal one (one copy of each item's text is
+        # kept, however many memos refer to it, and later equality tests stop at identity).
+        found = [key if r is None else r[0] for key, r in zip(found, remembered, strict=True)]
+        keys.update(zip(map(id, items), found, strict=True))
+        known = [None if r is None else r[1] for r in remembered]
         if None in known:
             new: list[tuple[bytes, int]] = []
             for index, depth in enumerate(known):
@@ -136,7 +141,7 @@ class DepthMemo:
             for key, depth in new:
                 if len(key) > self.max_bytes or key in self._depths:
                     continue
-                self._depths[key] = depth
+                self._depths[key] = (key, depth)
                 self._bytes += len(key)
             while self._bytes > self.max_bytes:
                 old = next(iter(self._depths))  # the oldest (dicts keep insertion order)
