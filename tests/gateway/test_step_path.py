@@ -18,7 +18,7 @@ import ctxbudget.messages.jsondepth as jsondepth
 from ctxbudget.gateway.app import Gateway, _Refused
 from ctxbudget.gateway.chat import ChatCompletions
 from ctxbudget.gateway.config import GatewayConfig
-from ctxbudget.gateway.conversations import item_chain
+from ctxbudget.gateway.conversations import ChainMemo, item_chain
 from ctxbudget.integrations._view import SOURCE_KEY
 from ctxbudget.messages.jsondepth import MAX_JSON_DEPTH, DepthMemo, json_depth
 from ctxbudget.messages.model import what_changed
@@ -122,9 +122,13 @@ def test_a_deep_item_new_or_changed_is_refused(tmp_path: Path) -> None:
     new = [*history, _deep_message(cap)]
     # An item at a position seen before, changed (its role and other fields the same).
     changed = [*history[:3], _deep_message(cap, history[3]), *history[4:]]
+    # The same, in a list that continues the one remembered (two more items after it).
+    more = [user("a"), user("b")]
+    changed_then_more = [*changed, *more]
     # Deeper than orjson writes (255): walked, not keyed.
     beyond_writer = [*history, _deep_message(1000)]
-    for messages in (new, changed, beyond_writer):
+    gw.parse_json(_body([*history, *more]))  # remembered too
+    for messages in (new, changed, changed_then_more, beyond_writer):
         for _ in range(2):  # and again: a too-deep value is never remembered
             with pytest.raises(_Refused, match="deeper than 128"):
                 gw.parse_json(_deep_body(messages))
@@ -230,3 +234,27 @@ def test_a_conversation_through_the_gateway_reuses_its_messages(tmp_path: Path) 
     assert len(after) > len(before)
     assert all(x is y for x, y in zip(before, after[: len(before)], strict=True))
     assert record.chat_bodies()[1]["messages"][: len(_conversation(5))] == _conversation(5)
+
+
+def test_a_continued_list_hashes_only_its_new_items(tmp_path: Path) -> None:
+    gw = _gateway(tmp_path)
+    chains = ChainMemo()
+
+    def both(messages: list[dict[str, Any]], head: Any = None) -> tuple[list[bytes], int]:
+        body, keys = gw.read_json(_body(messages))
+        before = chains.hashed
+        got = chains.chain("chat", head, body["messages"], keys)
+        # The very digests `item_chain` makes: stored conversations keep their ids.
+        assert got == item_chain("chat", head, body["messages"])
+        return got, chains.hashed - before
+
+    history = _conversation(30)
+    step = [user("one"), user("two")]
+    assert both(history)[1] == len(history)
+    assert both([*history, *step])[1] == 2  # continued: only the step hashed
+    # An earlier item changed: nothing taken over (the whole list hashed), though its end is
+    # the end of the list remembered.
+    edited = [*history[:5], user("edited"), *history[6:], *step]
+    assert both(edited)[1] == len(edited)
+    # Another head (a Responses ``instructions``, say): not the same conversation's digests.
+    assert both([*history, *step, user("three")], head="be terse")[1] == len(history) + 3

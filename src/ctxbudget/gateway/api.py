@@ -109,18 +109,18 @@ class ItemMemo:
                 v if v is not None else _canonical(item)
                 for v, item in zip(values, items, strict=True)
             ]
-        wanted: list[tuple[int, bytes] | None] = [
-            None if v is None else (i, v) for i, v in enumerate(values)
-        ]
+        wanted: list[tuple[int, bytes] | None] = (
+            [None if v is None else (i, v) for i, v in enumerate(values)]
+            if None in values
+            else list(zip(range(len(values)), cast("list[bytes]", values), strict=True))
+        )
         with self._lock:
             memo = self._read
-            out: list[tuple[Any, ...] | None] = [None if k is None else memo.get(k) for k in wanted]
-            deque(
-                map(
-                    memo.move_to_end, [k for k, v in zip(wanted, out, strict=True) if v is not None]
-                ),
-                0,
-            )
+            out = list(map(memo.get, wanted))
+            hits: list[Any] = wanted
+            if None in out:
+                hits = [k for k, v in zip(wanted, out, strict=True) if v is not None]
+            deque(map(memo.move_to_end, hits), 0)
         if None not in out:
             return cast("list[tuple[Any, ...]]", out)
         new: list[tuple[Any, int, tuple[Any, ...]]] = []

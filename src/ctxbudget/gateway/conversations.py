@@ -145,7 +145,7 @@ class ChainMemo:
     mostly those `DepthMemo` keeps (it hands out one object per value), so this holds little
     of its own; it is bounded by ``max_bytes`` of keys referred to (the oldest dropped)."""
 
-    def __init__(self, max_bytes: int = 64 * 2**20) -> None:
+    def __init__(self, max_bytes: int = 32 * 2**20) -> None:
         self.max_bytes = max_bytes
         self._lists: OrderedDict[tuple[str, bytes, int, bytes], _Chained] = OrderedDict()
         self._bytes = 0
@@ -170,8 +170,11 @@ class ChainMemo:
             for length in range(n, max(0, n - MAX_NEW_ITEMS), -1):
                 candidate = self._lists.get((api, head_key, length, full[length - 1]))
                 if candidate is not None and candidate.keys == full[:length]:
+                    # Continued: the longer list stands for it from now on (one entry a
+                    # conversation; a client that sends the shorter one again hashes it again).
                     found = candidate
-                    self._lists.move_to_end((api, head_key, length, full[length - 1]))
+                    del self._lists[(api, head_key, length, full[length - 1])]
+                    self._bytes -= candidate.size
                     break
         if found is None:
             chain = item_chain(api, head, items, keys)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Generic, TypeVar
 
 from ctxbudget.compaction.handoff import SUMMARY_HEADER
@@ -85,6 +86,13 @@ def translate(
     started = not lead_system
     for i, item in enumerate(items):
         got = stamp(one(item), i)
+        if started:
+            # Past the system prompt every message is kept, as it is unless `_demote` changes
+            # it (most do not: the tuple ``got`` itself is then kept, no copy).
+            if any(map(_demotes, got)):
+                got = tuple(map(_demote, got))
+            per_item.append(got)
+            continue
         kept = []
         for m in got:
             if m.role == "system" and not started:
@@ -96,19 +104,25 @@ def translate(
         per_item.append(tuple(kept))
         if got and not kept and lead == i:
             lead = i + 1
-    messages = tuple(m for group in per_item for m in group)
+    messages = tuple(chain.from_iterable(per_item))
     return Translated(tuple(items), join_system(system), messages, tuple(per_item), lead)
 
 
-def stamp(messages: Sequence[Message], index: int) -> list[Message]:
+def stamp(messages: Sequence[Message], index: int) -> tuple[Message, ...]:
     """``messages`` marked as translated from item ``index`` (``meta[SOURCE_KEY]``); a message
     marked so already is returned as it is (the same object), not copied."""
-    return [
+    for m in messages:
+        mark = m.meta.get(SOURCE_KEY)
+        if type(mark) is not int or mark != index:
+            break
+    else:  # all marked already (a remembered read): the very same messages
+        return messages if isinstance(messages, tuple) else tuple(messages)
+    return tuple(
         m
         if type(m.meta.get(SOURCE_KEY)) is int and m.meta[SOURCE_KEY] == index
         else dataclasses.replace(m, meta={**m.meta, SOURCE_KEY: index})
         for m in messages
-    ]
+    )
 
 
 def _same(a: Sequence[Message], b: Sequence[Message]) -> bool:
@@ -117,6 +131,11 @@ def _same(a: Sequence[Message], b: Sequence[Message]) -> bool:
         x == y or dataclasses.replace(x, usage=None) == dataclasses.replace(y, usage=None)
         for x, y in zip(a, b, strict=True)
     )
+
+
+def _demotes(m: Message) -> bool:
+    """`_demote` would change ``m``."""
+    return m.role == "system" or (m.role == "user" and m.text.startswith(SUMMARY_HEADER))
 
 
 def _demote(m: Message) -> Message:
