@@ -15,13 +15,16 @@ from tests.gateway.helpers import gateway, scripted, user
 
 import ctxbudget.gateway.app as app_module
 import ctxbudget.messages.jsondepth as jsondepth
+from ctxbudget.compaction.handoff import SUMMARY_HEADER
+from ctxbudget.gateway.api import ItemMemo
 from ctxbudget.gateway.app import Gateway, _Refused
 from ctxbudget.gateway.chat import ChatCompletions
 from ctxbudget.gateway.config import GatewayConfig
 from ctxbudget.gateway.conversations import ChainMemo, item_chain
-from ctxbudget.integrations._view import SOURCE_KEY
+from ctxbudget.integrations._view import SOURCE_KEY, translate
 from ctxbudget.messages.jsondepth import MAX_JSON_DEPTH, DepthMemo, json_depth
-from ctxbudget.messages.model import what_changed
+from ctxbudget.messages.model import Message, what_changed
+from ctxbudget.messages.openai import message_from_openai
 from ctxbudget.providers.mock import MockProvider
 
 
@@ -258,3 +261,70 @@ def test_a_continued_list_hashes_only_its_new_items(tmp_path: Path) -> None:
     assert both(edited)[1] == len(edited)
     # Another head (a Responses ``instructions``, say): not the same conversation's digests.
     assert both([*history, *step, user("three")], head="be terse")[1] == len(history) + 3
+
+
+def test_a_continued_list_reads_only_its_new_items(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gw, chat = _gateway(tmp_path), ChatCompletions()
+    looked_up: list[int] = []
+    read_all = ItemMemo.read_all
+
+    def counting(self: ItemMemo, items: Any, *args: Any, **kwargs: Any) -> Any:
+        if self is chat.memo:  # not the fresh reader's
+            looked_up.append(len(items))
+        return read_all(self, items, *args, **kwargs)
+
+    monkeypatch.setattr(ItemMemo, "read_all", counting)
+
+    def parse(messages: list[dict[str, Any]]) -> Any:
+        body, keys = gw.read_json(_body(messages))
+        parsed = chat.parse(body, keys)
+        # What a fresh reader makes of the same body, whatever was taken over.
+        fresh = ChatCompletions().parse(orjson.loads(_body(messages)))
+        assert parsed.request == fresh.request
+        assert parsed.translated.per_item == fresh.translated.per_item
+        assert (parsed.translated.system, parsed.translated.lead) == (
+            fresh.translated.system,
+            fresh.translated.lead,
+        )
+        assert parsed.translated.items == tuple(body["messages"])  # the client's own items
+        return parsed
+
+    history = [{"role": "system", "content": "Be brief."}, *_conversation(20)[1:]]
+    first = parse(history)
+    step = [{"role": "assistant", "content": "done"}, user("thanks")]
+    looked_up.clear()
+    second = parse([*history, *step])
+    assert looked_up == [2]  # only the step's items looked up or read
+    n = len(first.request.messages)
+    assert all(
+        a is b for a, b in zip(first.request.messages, second.request.messages[:n], strict=True)
+    )
+    # An earlier item edited: nothing taken over, every item looked up again.
+    edited = [*history[:4], user("edited"), *history[5:], *step]
+    looked_up.clear()
+    parse(edited)
+    assert looked_up == [len(edited)]
+
+
+def test_translate_goes_on_from_a_resume_only_once_the_conversation_began() -> None:
+    summary = f"{SUMMARY_HEADER}\nwhat happened"
+    lists: list[list[dict[str, Any]]] = [
+        [{"role": "system", "content": "a"}, {"role": "system", "content": "b"}, user("task")],
+        [{"role": "system", "content": "a"}, user(summary), {"role": "system", "content": "c"}],
+        [user(summary), user("task"), {"role": "system", "content": "mid"}, user("more")],
+        [{"role": "system", "content": "only"}],
+    ]
+
+    def read(item: dict[str, Any]) -> tuple[Message, ...]:
+        return (message_from_openai(item),)
+
+    for items in lists:
+        whole = translate([*items, user("next")], read)
+        for cut in range(1, len(items) + 1):
+            part = translate(items[:cut], read)
+            resumed = translate([*items, user("next")], read, resume=part.resume())
+            assert resumed.per_item == whole.per_item
+            assert (resumed.system, resumed.lead) == (whole.system, whole.lead)
+            assert resumed.messages == whole.messages

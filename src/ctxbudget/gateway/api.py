@@ -31,7 +31,7 @@ from typing import Any, Protocol, cast
 
 import orjson
 
-from ctxbudget.integrations._view import Translated
+from ctxbudget.integrations._view import Resume, Translated
 from ctxbudget.messages.jsondepth import ItemKeys
 from ctxbudget.messages.model import Request
 from ctxbudget.messages.usage import Usage
@@ -41,6 +41,7 @@ __all__ = [
     "ItemMemo",
     "JsonBody",
     "Parsed",
+    "ReadLists",
     "WireApi",
     "first_text",
     "json_object",
@@ -98,11 +99,13 @@ class ItemMemo:
         items: Sequence[Any],
         reader: Callable[[int, Any], tuple[Any, ...]],
         keys: ItemKeys | None = None,
+        start: int = 0,
     ) -> list[tuple[Any, ...]]:
-        """``[reader(i, item) for i, item in enumerate(items)]``, each from what it returned
-        for an equal item at the same index before. ``keys``: the items' canonical JSON where
-        the caller has it (`DepthMemo.body_depth`); else it is made here. Written as
-        whole-list steps (``map``): a Python loop body per item costs more than the lookups."""
+        """``[reader(start + i, item) for i, item in enumerate(items)]``, each from what it
+        returned for an equal item at the same index before (``items`` are a list's items from
+        index ``start`` on). ``keys``: the items' canonical JSON where the caller has it
+        (`DepthMemo.body_depth`); else it is made here. Written as whole-list steps (``map``):
+        a Python loop body per item costs more than the lookups."""
         values = list(map((keys or {}).get, map(id, items)))
         if None in values:
             values = [
@@ -110,9 +113,11 @@ class ItemMemo:
                 for v, item in zip(values, items, strict=True)
             ]
         wanted: list[tuple[int, bytes] | None] = (
-            [None if v is None else (i, v) for i, v in enumerate(values)]
+            [None if v is None else (i, v) for i, v in enumerate(values, start)]
             if None in values
-            else list(zip(range(len(values)), cast("list[bytes]", values), strict=True))
+            else list(
+                zip(range(start, start + len(values)), cast("list[bytes]", values), strict=True)
+            )
         )
         with self._lock:
             memo = self._read
@@ -125,7 +130,7 @@ class ItemMemo:
             return cast("list[tuple[Any, ...]]", out)
         new: list[tuple[Any, int, tuple[Any, ...]]] = []
         done: list[tuple[Any, ...]] = []
-        for index, (item, key, found) in enumerate(zip(items, wanted, out, strict=True)):
+        for index, (item, key, found) in enumerate(zip(items, wanted, out, strict=True), start):
             if found is None:
                 found = reader(index, item)  # raises for a bad item: nothing kept for it
                 if key is not None:
@@ -150,6 +155,75 @@ class ItemMemo:
         """Items remembered now."""
         with self._lock:
             return len(self._read)
+
+
+MAX_NEW_ITEMS = 256
+"""`ReadLists` looks for a list read before at most this many items before a list's end."""
+
+
+class ReadLists:
+    """What each list of items read before was read as (`Resume`), by its items' canonical
+    JSON: an agent's request is its last one and a step, so all but its newest items were read
+    as part of that one, and `translate` goes on from it (`translate`'s ``resume``) instead of
+    taking each item's messages again (a Python step per item).
+
+    Safe as `ItemMemo` is: the items are compared by their whole canonical JSON (not a
+    digest), so a list taken over starts with items equal to those it was read from, at the
+    same places, and reading is a pure function of an item's value and index. The key objects
+    are mostly `DepthMemo`'s (one object per value), so a comparison mostly stops at identity.
+    Bounded by ``max_lists`` and by ``max_bytes`` of keys referred to; the oldest dropped."""
+
+    def __init__(self, max_lists: int = 4096, max_bytes: int = 32 * 2**20) -> None:
+        self.max_lists = max_lists
+        self.max_bytes = max_bytes
+        self._lists: OrderedDict[tuple[int, bytes], tuple[list[bytes], Resume, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def find(
+        self, items: Sequence[Any], keys: ItemKeys | None
+    ) -> tuple[list[bytes] | None, Resume | None]:
+        """The items' keys (None unless ``keys`` holds every one), and what the longest list
+        read before that they start with was read as (None: none is known)."""
+        if not keys or not items:
+            return None, None
+        found = list(map(keys.get, map(id, items)))
+        if None in found:
+            return None, None
+        full = cast("list[bytes]", found)
+        n = len(full)
+        with self._lock:
+            for length in range(n, max(0, n - MAX_NEW_ITEMS), -1):
+                entry = self._lists.get((length, full[length - 1]))
+                if entry is not None and entry[0] == full[:length]:
+                    return full, entry[1]
+        return full, None
+
+    def remember(self, keys: list[bytes] | None, read: Resume, before: Resume | None) -> None:
+        """Remember that the list of ``keys`` was read as ``read``; ``before``, the list it
+        continued, is dropped (one entry a conversation). Not kept when `translate` could not
+        go on from it (`Resume.begun`)."""
+        if keys is None or not keys or not read.begun():
+            return
+        size = sum(map(len, keys))
+        with self._lock:
+            if before is not None:
+                old = (len(before.per_item), keys[len(before.per_item) - 1])
+                entry = self._lists.get(old)
+                if entry is not None and entry[1] is before:
+                    del self._lists[old]
+                    self._bytes -= entry[2]
+            if size > self.max_bytes:
+                return
+            key = (len(keys), keys[-1])
+            entry = self._lists.pop(key, None)
+            if entry is not None:
+                self._bytes -= entry[2]
+            self._lists[key] = (keys, read, size)
+            self._bytes += size
+            while self._bytes > self.max_bytes or len(self._lists) > self.max_lists:
+                _, dropped = self._lists.popitem(last=False)
+                self._bytes -= dropped[2]
 
 
 def _canonical(item: Any) -> bytes | None:

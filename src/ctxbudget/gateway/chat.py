@@ -12,7 +12,14 @@ from typing import Any
 
 from ctxbudget.budget.usage import usage_from_openai
 from ctxbudget.errors import CtxbudgetError, InputError, MessageFormatError
-from ctxbudget.gateway.api import ErrorKind, ItemMemo, JsonBody, Parsed, json_object
+from ctxbudget.gateway.api import (
+    ErrorKind,
+    ItemMemo,
+    JsonBody,
+    Parsed,
+    ReadLists,
+    json_object,
+)
 from ctxbudget.integrations._view import stamp, translate
 from ctxbudget.messages._checks import join
 from ctxbudget.messages.jsondepth import ItemKeys
@@ -43,6 +50,9 @@ class ChatCompletions:
     def __init__(self) -> None:
         self.memo = ItemMemo()
         """The messages read from items seen before (a conversation's prefix)."""
+        self.lists = ReadLists()
+        """What lists seen before were read as: a request that continues one reads only the
+        items after it."""
 
     def parse(self, body: JsonBody, keys: ItemKeys | None = None) -> Parsed:
         """Read a chat-completions body; ``n`` > 1 is passed through (the budget counts one
@@ -51,11 +61,19 @@ class ChatCompletions:
         if not isinstance(messages, list):
             raise MessageFormatError("messages", "expected a list of messages")
         try:
-            # Each item read once (remembered across requests with its index: `ItemMemo`, so
-            # an unchanged item is the same stamped messages every request), with its path.
-            done = self.memo.read_all(messages, _read_at, keys)
-            read = {id(item): got for item, got in zip(messages, done, strict=True)}
-            translated = translate(messages, lambda item: read[id(item)], lead_system=True)
+            # A list that starts with one read before (the conversation's last request) takes
+            # what that one was read as (`ReadLists`); the items after it are each read once
+            # (remembered across requests with their index: `ItemMemo`, so an unchanged item
+            # is the same stamped messages every request), with their paths.
+            key_list, before = self.lists.find(messages, keys)
+            start = 0 if before is None else len(before.per_item)
+            rest = messages[start:]
+            done = self.memo.read_all(rest, _read_at, keys, start)
+            read = {id(item): got for item, got in zip(rest, done, strict=True)}
+            translated = translate(
+                messages, lambda item: read[id(item)], lead_system=True, resume=before
+            )
+            self.lists.remember(key_list, translated.resume(), before)
             # The other fields (system prompt, tools, limits, model) from the leading system
             # items alone: the messages are read above (`translate`'s lead is the same count of
             # leading system messages `request_from_openai` takes as the system prompt).

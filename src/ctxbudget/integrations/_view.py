@@ -17,7 +17,15 @@ from ctxbudget.integrations._guard import ADAPTER_META_PREFIX
 from ctxbudget.messages.model import Message, join_system
 from ctxbudget.messages.usage import Usage
 
-__all__ = ["SOURCE_KEY", "Substitution", "Translated", "UsageMemory", "stamp", "translate"]
+__all__ = [
+    "SOURCE_KEY",
+    "Resume",
+    "Substitution",
+    "Translated",
+    "UsageMemory",
+    "stamp",
+    "translate",
+]
 
 Item = TypeVar("Item")
 SOURCE_KEY = f"{ADAPTER_META_PREFIX}source"
@@ -57,6 +65,11 @@ class Translated(Generic[Item]):
         """`back`, after the leading system items: a whole list for the framework's state."""
         return [*self.items[: self.lead], *self.back(messages, rebuild)]
 
+    def resume(self) -> Resume:
+        """What this translation made of its items, for a later `translate` of a list that
+        starts with them."""
+        return Resume(self.per_item, self.system, self.lead)
+
     def _silent_before(self, index: int) -> list[Item]:
         """The items with no messages (reasoning, say) just before ``items[index]``: they go
         where it goes, as a reasoning item goes with the call it preceded."""
@@ -66,8 +79,29 @@ class Translated(Generic[Item]):
         return list(self.items[start:index])
 
 
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """What `translate` made of a list's leading items, to go on from (`Translated.resume`):
+    their messages, the system prompt they held and how many were system items."""
+
+    per_item: tuple[tuple[Message, ...], ...]
+    system: str | None
+    lead: int
+
+    def begun(self) -> bool:
+        """The conversation proper had begun within these items (`translate`'s ``started``
+        with system items leading): they hold a message that is not our summary (the system
+        messages they became the prompt of are not in ``per_item``). Only then can
+        `translate` go on from them."""
+        return any(not m.is_summary for group in self.per_item for m in group)
+
+
 def translate(
-    items: Sequence[Item], one: Callable[[Item], Sequence[Message]], *, lead_system: bool = True
+    items: Sequence[Item],
+    one: Callable[[Item], Sequence[Message]],
+    *,
+    lead_system: bool = True,
+    resume: Resume | None = None,
 ) -> Translated[Item]:
     """Translate ``items`` with ``one``.
 
@@ -79,12 +113,24 @@ def translate(
     very object it is: a caller that remembers its reads (the gateway's item memo) then gets
     the same `Message` objects for an unchanged item request after request, and comparisons
     of a resent list stop at identity instead of comparing every field.
+
+    ``resume``: the caller knows ``items`` start with ``len(resume.per_item)`` items that read
+    as those of an earlier call (equal items at the same places: the gateway compares their
+    JSON), which `Translated.resume` returned; they are taken as they were, and ``one`` is
+    called for the items after them only. Taken only where the conversation proper had begun
+    within them (after that, an item's messages depend on the item and its index alone);
+    else every item is read.
     """
     per_item: list[tuple[Message, ...]] = []
     system: list[str | None] = []
     lead = 0
     started = not lead_system
-    for i, item in enumerate(items):
+    first = 0
+    if resume is not None and (started or resume.begun()):
+        per_item, lead, started = list(resume.per_item), resume.lead, True
+        system = [resume.system] if resume.system is not None else []
+        first = len(per_item)
+    for i, item in enumerate(items[first:], first):
         got = stamp(one(item), i)
         if started:
             # Past the system prompt every message is kept, as it is unless `_demote` changes
