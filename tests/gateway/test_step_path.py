@@ -111,8 +111,10 @@ def test_a_resent_conversation_walks_only_its_new_items(
         {"role": "assistant", "content": "next", "tool_calls": [{"id": "n", "type": "function"}]},
         {"role": "tool", "tool_call_id": "n", "content": "ok"},
     ]
+    before = gw.depths.walked
     gw.parse_json(_body([*history, *step]))  # the same history, freshly parsed, and one step
     assert 0 < sum(walked) <= sum(_nodes(m) for m in step)
+    assert gw.depths.walked - before == len(step)
 
 
 def test_a_deep_item_new_or_changed_is_refused(tmp_path: Path) -> None:

@@ -112,7 +112,7 @@ class DepthMemo:
         self._list_bytes = 0
         self._lock = threading.Lock()
         self.walked = 0
-        """Elements walked so far (not found remembered): what a step costs, for tests."""
+        """Elements walked so far (not found remembered): what the checks cost (tests read it)."""
 
     def body_depth(self, value: object, limit: int = MAX_JSON_DEPTH) -> tuple[int, ItemKeys]:
         """``json_depth(value, limit)``, and the canonical JSON of each element of ``value``'s
