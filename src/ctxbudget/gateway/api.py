@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import orjson
 
-from ctxbudget.integrations._view import Translated
+from ctxbudget.integrations._view import Resume, Translated
+from ctxbudget.messages.jsondepth import ItemKeys
 from ctxbudget.messages.model import Request
 from ctxbudget.messages.usage import Usage
 
@@ -40,6 +41,7 @@ __all__ = [
     "ItemMemo",
     "JsonBody",
     "Parsed",
+    "ReadLists",
     "WireApi",
     "first_text",
     "json_object",
@@ -64,11 +66,16 @@ class ItemMemo:
     Safe because reading an item is a pure function of its JSON value (the readers look fields
     up by name, so key order cannot change what they make), the messages are frozen values
     shared read-only, and a key is the item's whole value, not a digest of it (no collision).
-    An item that fails to read is not remembered (it raises again, with its own path)."""
+    An item that fails to read is not remembered (it raises again, with its own path).
+
+    `read_all` remembers by position too (the key is the item's index and value): what it
+    returns is the messages as `translate` stamps them for that index, so an item resent at
+    the same place is the very same `Message` objects request after request, and every later
+    comparison of a resent list (`what_changed`, ``observe``) takes its identity fast path."""
 
     def __init__(self, max_bytes: int = 32 * 2**20) -> None:
         self.max_bytes = max_bytes
-        self._read: OrderedDict[bytes, tuple[Any, ...]] = OrderedDict()
+        self._read: OrderedDict[Any, tuple[Any, ...]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()  # parse runs on the event loop and in worker threads
 
@@ -84,21 +91,148 @@ class ItemMemo:
                 self._read.move_to_end(key)
                 return found
         value = reader(item)
-        if len(key) > self.max_bytes:
-            return value
+        self._remember([(key, len(key), value)])
+        return value
+
+    def read_all(
+        self,
+        items: Sequence[Any],
+        reader: Callable[[int, Any], tuple[Any, ...]],
+        keys: ItemKeys | None = None,
+        start: int = 0,
+    ) -> list[tuple[Any, ...]]:
+        """``[reader(start + i, item) for i, item in enumerate(items)]``, each from what it
+        returned for an equal item at the same index before (``items`` are a list's items from
+        index ``start`` on). ``keys``: the items' canonical JSON where the caller has it
+        (`DepthMemo.body_depth`); else it is made here. Written as whole-list steps (``map``):
+        a Python loop body per item costs more than the lookups."""
+        values = list(map((keys or {}).get, map(id, items)))
+        if None in values:
+            values = [
+                v if v is not None else _canonical(item)
+                for v, item in zip(values, items, strict=True)
+            ]
+        wanted: list[tuple[int, bytes] | None] = (
+            [None if v is None else (i, v) for i, v in enumerate(values, start)]
+            if None in values
+            else list(
+                zip(range(start, start + len(values)), cast("list[bytes]", values), strict=True)
+            )
+        )
         with self._lock:
-            if key not in self._read:
+            memo = self._read
+            out = list(map(memo.get, wanted))
+            hits: list[Any] = wanted
+            if None in out:
+                hits = [k for k, v in zip(wanted, out, strict=True) if v is not None]
+            deque(map(memo.move_to_end, hits), 0)
+        if None not in out:
+            return cast("list[tuple[Any, ...]]", out)
+        new: list[tuple[Any, int, tuple[Any, ...]]] = []
+        done: list[tuple[Any, ...]] = []
+        for index, (item, key, found) in enumerate(zip(items, wanted, out, strict=True), start):
+            if found is None:
+                found = reader(index, item)  # raises for a bad item: nothing kept for it
+                if key is not None:
+                    new.append((key, len(key[1]), found))
+            done.append(found)
+        if new:
+            self._remember(new)
+        return done
+
+    def _remember(self, new: list[tuple[Any, int, tuple[Any, ...]]]) -> None:
+        with self._lock:
+            for key, size, value in new:
+                if size > self.max_bytes or key in self._read:
+                    continue
                 self._read[key] = value
-                self._bytes += len(key)
+                self._bytes += size
             while self._bytes > self.max_bytes:
                 old, _ = self._read.popitem(last=False)
-                self._bytes -= len(old)
-        return value
+                self._bytes -= len(old[1]) if isinstance(old, tuple) else len(old)
 
     def __len__(self) -> int:
         """Items remembered now."""
         with self._lock:
             return len(self._read)
+
+
+MAX_NEW_ITEMS = 256
+"""`ReadLists` looks for a list read before at most this many items before a list's end."""
+
+
+class ReadLists:
+    """What each list of items read before was read as (`Resume`), by its items' canonical
+    JSON: an agent's request is its last one and a step, so all but its newest items were read
+    as part of that one, and `translate` goes on from it (`translate`'s ``resume``) instead of
+    taking each item's messages again (a Python step per item).
+
+    Safe as `ItemMemo` is: the items are compared by their whole canonical JSON (not a
+    digest), so a list taken over starts with items equal to those it was read from, at the
+    same places, and reading is a pure function of an item's value and index. The key objects
+    are mostly `DepthMemo`'s (one object per value), so a comparison mostly stops at identity.
+    Bounded by ``max_lists`` and by ``max_bytes`` of keys referred to; the oldest dropped."""
+
+    def __init__(self, max_lists: int = 4096, max_bytes: int = 32 * 2**20) -> None:
+        self.max_lists = max_lists
+        self.max_bytes = max_bytes
+        self._lists: OrderedDict[tuple[int, bytes], tuple[list[bytes], Resume, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def find(
+        self, items: Sequence[Any], keys: ItemKeys | None
+    ) -> tuple[list[bytes] | None, Resume | None]:
+        """The items' keys (None unless ``keys`` holds every one), and what the longest list
+        read before that they start with was read as (None: none is known)."""
+        if not keys or not items:
+            return None, None
+        found = list(map(keys.get, map(id, items)))
+        if None in found:
+            return None, None
+        full = cast("list[bytes]", found)
+        n = len(full)
+        with self._lock:
+            for length in range(n, max(0, n - MAX_NEW_ITEMS), -1):
+                entry = self._lists.get((length, full[length - 1]))
+                if entry is not None and entry[0] == full[:length]:
+                    return full, entry[1]
+        return full, None
+
+    def remember(self, keys: list[bytes] | None, read: Resume, before: Resume | None) -> None:
+        """Remember that the list of ``keys`` was read as ``read``; ``before``, the list it
+        continued, is dropped (one entry a conversation). Not kept when `translate` could not
+        go on from it (`Resume.begun`)."""
+        if keys is None or not keys or not read.begun():
+            return
+        size = sum(map(len, keys))
+        with self._lock:
+            if before is not None:
+                old = (len(before.per_item), keys[len(before.per_item) - 1])
+                entry = self._lists.get(old)
+                if entry is not None and entry[1] is before:
+                    del self._lists[old]
+                    self._bytes -= entry[2]
+            if size > self.max_bytes:
+                return
+            key = (len(keys), keys[-1])
+            entry = self._lists.pop(key, None)
+            if entry is not None:
+                self._bytes -= entry[2]
+            self._lists[key] = (keys, read, size)
+            self._bytes += size
+            while self._bytes > self.max_bytes or len(self._lists) > self.max_lists:
+                _, dropped = self._lists.popitem(last=False)
+                self._bytes -= dropped[2]
+
+
+def _canonical(item: Any) -> bytes | None:
+    """``item``'s canonical JSON (sorted keys), or None where orjson cannot write it (an int
+    past 64 bits: not from ``orjson.loads``)."""
+    try:
+        return orjson.dumps(item, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,9 +265,10 @@ class WireApi(Protocol):
     path: str
     """The request path it serves, e.g. ``"/v1/chat/completions"``."""
 
-    def parse(self, body: JsonBody) -> Parsed:
+    def parse(self, body: JsonBody, keys: ItemKeys | None = None) -> Parsed:
         """Read a request body (already JSON, depth-checked). Raises `InputError` (one line
-        naming the field) for a body this API cannot accept."""
+        naming the field) for a body this API cannot accept. ``keys``: the canonical JSON of
+        the items of its top-level lists, when the caller made it (`DepthMemo.body_depth`)."""
         ...
 
     def forward_body(

@@ -55,7 +55,7 @@ from ctxbudget.errors import (
 from ctxbudget.gateway.api import JsonBody, Parsed, WireApi, json_object, merge_usage
 from ctxbudget.gateway.chat import CHAT
 from ctxbudget.gateway.config import GatewayConfig
-from ctxbudget.gateway.conversations import Conversation, Conversations, item_chain
+from ctxbudget.gateway.conversations import Conversation, Conversations
 from ctxbudget.gateway.discover import ServedWindows, discover_window, missing_window
 from ctxbudget.gateway.lifecycle import Health, mount_ops, ops_routes
 from ctxbudget.gateway.logs import RequestLog, log_request
@@ -64,7 +64,7 @@ from ctxbudget.gateway.metrics import GatewayMetrics
 from ctxbudget.gateway.responses import RESPONSES
 from ctxbudget.gateway.sse import SseParser
 from ctxbudget.gateway.upstream import StreamReply, Upstream, UpstreamError
-from ctxbudget.messages.jsondepth import json_depth
+from ctxbudget.messages.jsondepth import DepthMemo, ItemKeys
 from ctxbudget.messages.model import Request
 from ctxbudget.messages.usage import Usage
 from ctxbudget.providers.endpoint import provider_name_for
@@ -141,6 +141,8 @@ class Gateway:
             conversations=lambda: 0 if self._conversations is None else len(self._conversations)
         )
         self.health = Health()
+        self.depths = DepthMemo()
+        """The depths of request items seen before (the body's depth check)."""
 
     async def conversations(self) -> Conversations:
         """The conversations, once the window is known (discovered on first use)."""
@@ -189,9 +191,9 @@ class Gateway:
         try:
             self.check_key(http)
             raw = await self.read_body(http)
-            body = self.parse_json(raw)
+            body, keys = self.read_json(raw)
             try:
-                parsed = api.parse(body)
+                parsed = api.parse(body, keys)
             except InputError as exc:
                 raise _Refused(400, "invalid_request", one_line(str(exc))) from None
             timer.model, timer.stream = parsed.model, parsed.stream
@@ -200,7 +202,8 @@ class Gateway:
                 timer.done("passthrough", passed.status_code)
                 return passed
             conversations = await self.conversations()
-            chain = item_chain(api.name, parsed.head, parsed.translated.items)  # once a request
+            # Once a request, and only its new items hashed (`ChainMemo`).
+            chain = conversations.chains.chain(api.name, parsed.head, parsed.translated.items, keys)
             conversation = await conversations.find(api.name, parsed, chain)
             return await self._run(
                 http, api, raw, body, parsed, conversations, conversation, timer, chain
@@ -500,6 +503,12 @@ class Gateway:
 
     def parse_json(self, raw: bytes) -> JsonBody:
         """The body as a JSON object, refused when it is not JSON or nests too deep."""
+        return self.read_json(raw)[0]
+
+    def read_json(self, raw: bytes) -> tuple[JsonBody, ItemKeys]:
+        """The body as a JSON object, refused when it is not JSON or nests too deep, and the
+        canonical JSON of the items of its top-level lists (`ItemKeys`, made by the depth check
+        and reused by the API's item memo and the conversation digests)."""
         depth = self.config.max_json_depth
         try:
             value = orjson.loads(raw)
@@ -507,11 +516,14 @@ class Gateway:
             if "depth" in str(exc).lower() or "recursion" in str(exc).lower():
                 raise _Refused(400, "invalid_request", _too_deep(depth)) from None
             raise _Refused(400, "invalid_request", f"request body is not JSON ({exc})") from None
-        if json_depth(value, depth) > depth:
+        # Items measured on an earlier request are not walked again (`DepthMemo` says why that
+        # is safe); nothing else reads the body before this check.
+        found, keys = self.depths.body_depth(value, depth)
+        if found > depth:
             raise _Refused(400, "invalid_request", _too_deep(depth))
         if not isinstance(value, dict):
             raise _Refused(400, "invalid_request", "request body must be a JSON object")
-        return value
+        return value, keys
 
     # -- everything else -----------------------------------------------------------------------
 

@@ -7,14 +7,22 @@ fields, and only compaction's new messages (the summary, placeholders) are rebui
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ctxbudget.budget.usage import usage_from_openai
 from ctxbudget.errors import CtxbudgetError, InputError, MessageFormatError
-from ctxbudget.gateway.api import ErrorKind, ItemMemo, JsonBody, Parsed, json_object
-from ctxbudget.integrations._view import translate
+from ctxbudget.gateway.api import (
+    ErrorKind,
+    ItemMemo,
+    JsonBody,
+    Parsed,
+    ReadLists,
+    json_object,
+)
+from ctxbudget.integrations._view import stamp, translate
 from ctxbudget.messages._checks import join
+from ctxbudget.messages.jsondepth import ItemKeys
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.messages.openai import message_from_openai, message_to_openai, request_from_openai
 from ctxbudget.messages.usage import Usage
@@ -42,20 +50,30 @@ class ChatCompletions:
     def __init__(self) -> None:
         self.memo = ItemMemo()
         """The messages read from items seen before (a conversation's prefix)."""
+        self.lists = ReadLists()
+        """What lists seen before were read as: a request that continues one reads only the
+        items after it."""
 
-    def parse(self, body: JsonBody) -> Parsed:
+    def parse(self, body: JsonBody, keys: ItemKeys | None = None) -> Parsed:
         """Read a chat-completions body; ``n`` > 1 is passed through (the budget counts one
         reply, a request for several is the client's own choice of cost)."""
         messages = body.get("messages")
         if not isinstance(messages, list):
             raise MessageFormatError("messages", "expected a list of messages")
         try:
-            # Each item read once (remembered across requests: `ItemMemo`), with its path.
-            read = {
-                id(item): self.memo.read(item, _reader(join("messages", index)))
-                for index, item in enumerate(messages)
-            }
-            translated = translate(messages, lambda item: read[id(item)], lead_system=True)
+            # A list that starts with one read before (the conversation's last request) takes
+            # what that one was read as (`ReadLists`); the items after it are each read once
+            # (remembered across requests with their index: `ItemMemo`, so an unchanged item
+            # is the same stamped messages every request), with their paths.
+            key_list, before = self.lists.find(messages, keys)
+            start = 0 if before is None else len(before.per_item)
+            rest = messages[start:]
+            done = self.memo.read_all(rest, _read_at, keys, start)
+            read = {id(item): got for item, got in zip(rest, done, strict=True)}
+            translated = translate(
+                messages, lambda item: read[id(item)], lead_system=True, resume=before
+            )
+            self.lists.remember(key_list, translated.resume(), before)
             # The other fields (system prompt, tools, limits, model) from the leading system
             # items alone: the messages are read above (`translate`'s lead is the same count of
             # leading system messages `request_from_openai` takes as the system prompt).
@@ -151,9 +169,10 @@ class ChatCompletions:
         return ""
 
 
-def _reader(path: str) -> Callable[[Any], tuple[Message, ...]]:
-    """Reads one chat message, naming ``path`` in its errors."""
-    return lambda item: (message_from_openai(item, path),)
+def _read_at(index: int, item: Any) -> tuple[Message, ...]:
+    """Reads chat message ``index``, naming its path in its errors, stamped with its index as
+    `translate` stamps it (so `translate` keeps it as it is)."""
+    return tuple(stamp((message_from_openai(item, join("messages", index)),), index))
 
 
 def _rebuild(original: Any, group: list[Message]) -> dict[str, Any]:

@@ -62,7 +62,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -81,12 +81,19 @@ from ctxbudget.errors import ArchiveError, CtxbudgetError
 from ctxbudget.gateway.api import Parsed
 from ctxbudget.gateway.config import GatewayConfig
 from ctxbudget.integrations._view import UsageMemory
+from ctxbudget.messages.jsondepth import ItemKeys
 from ctxbudget.messages.model import Message, Request
 
 if TYPE_CHECKING:
     from ctxbudget.gateway.discover import ServedWindows
 
-__all__ = ["MAX_STORE_LOOKUPS", "Conversation", "Conversations", "item_chain"]
+__all__ = [
+    "MAX_STORE_LOOKUPS",
+    "ChainMemo",
+    "Conversation",
+    "Conversations",
+    "item_chain",
+]
 
 log = logging.getLogger("ctxbudget.gateway")
 
@@ -98,19 +105,117 @@ MAX_STORE_LOOKUPS = 4096
 resumed after a restart is found by the list it was first seen with, which is rarely longer."""
 
 
-def item_chain(api: str, head: Any, items: Sequence[Any]) -> list[bytes]:
+def item_chain(
+    api: str, head: Any, items: Sequence[Any], keys: ItemKeys | None = None
+) -> list[bytes]:
     """The identity of each prefix of ``items``: ``out[i]`` stands for ``items[: i + 1]`` (with
     the ``head`` that frames them, in API ``api``). Items are hashed as canonical JSON (sorted
-    keys), so a client that reorders an object's keys is still recognised."""
+    keys), so a client that reorders an object's keys is still recognised; ``keys``: that JSON
+    where the caller made it already (`DepthMemo.body_depth`), by the item's ``id()``."""
     state = hashlib.blake2b(
         api.encode() + b"\0" + orjson.dumps(head, option=orjson.OPT_SORT_KEYS), digest_size=16
     ).digest()
     out: list[bytes] = []
     blake2b, dumps, sort_keys = hashlib.blake2b, orjson.dumps, orjson.OPT_SORT_KEYS
+    known = keys or {}
     for item in items:
         # The same digest as blake2b(state + item's JSON), without copying the two together.
         step = blake2b(state, digest_size=16)
-        step.update(dumps(item, option=sort_keys))
+        key = known.get(id(item))
+        step.update(dumps(item, option=sort_keys) if key is None else key)
+        state = step.digest()
+        out.append(state)
+    return out
+
+
+MAX_NEW_ITEMS = 256
+"""`ChainMemo` looks for a remembered list at most this many items before a request's end."""
+
+
+class ChainMemo:
+    """`item_chain` of a list that continues one seen before, hashing only the items after it:
+    an agent's request is its last one and a step, so all but a few digests were made already
+    (~1 ms of hashing at ~130K tokens). The digests are exactly `item_chain`'s (stored
+    conversations keep their ids).
+
+    A list is remembered by its items' canonical JSON (`ItemKeys`, the same bytes the digests
+    hash), and a request takes over a remembered chain only when its items start with exactly
+    those bytes (compared in full, not by digest), in the same API and under the same head: the
+    digests of that prefix are then the very ones `item_chain` would make. The key objects are
+    mostly those `DepthMemo` keeps (it hands out one object per value), so this holds little
+    of its own; it is bounded by ``max_bytes`` of keys referred to (the oldest dropped)."""
+
+    def __init__(self, max_bytes: int = 32 * 2**20) -> None:
+        self.max_bytes = max_bytes
+        self._lists: OrderedDict[tuple[str, bytes, int, bytes], _Chained] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hashed = 0
+        """Items hashed so far (tests read it)."""
+
+    def chain(
+        self, api: str, head: Any, items: Sequence[Any], keys: ItemKeys | None
+    ) -> list[bytes]:
+        """``item_chain(api, head, items, keys)``, from a remembered prefix where one holds."""
+        known = keys or {}
+        item_keys = list(map(known.get, map(id, items)))
+        if not item_keys or None in item_keys:
+            self.hashed += len(items)
+            return item_chain(api, head, items, keys)
+        full = cast("list[bytes]", item_keys)
+        head_key = orjson.dumps(head, option=orjson.OPT_SORT_KEYS)
+        n = len(full)
+        found: _Chained | None = None
+        with self._lock:
+            for length in range(n, max(0, n - MAX_NEW_ITEMS), -1):
+                candidate = self._lists.get((api, head_key, length, full[length - 1]))
+                if candidate is not None and candidate.keys == full[:length]:
+                    # Continued: the longer list stands for it from now on (one entry a
+                    # conversation; a client that sends the shorter one again hashes it again).
+                    found = candidate
+                    del self._lists[(api, head_key, length, full[length - 1])]
+                    self._bytes -= candidate.size
+                    break
+        if found is None:
+            chain = item_chain(api, head, items, keys)
+            self.hashed += n
+        else:
+            start = len(found.keys)
+            chain = [*found.chain, *_chain_from(found.chain[-1], full[start:])]
+            self.hashed += n - start
+        self._remember((api, head_key, n, full[-1]), _Chained(full, chain))
+        return chain
+
+    def _remember(self, key: tuple[str, bytes, int, bytes], value: _Chained) -> None:
+        size = sum(map(len, value.keys))
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            old = self._lists.pop(key, None)
+            if old is not None:
+                self._bytes -= old.size
+            value.size = size
+            self._lists[key] = value
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                _, dropped = self._lists.popitem(last=False)
+                self._bytes -= dropped.size
+
+
+@dataclass(slots=True)
+class _Chained:
+    keys: list[bytes]
+    chain: list[bytes]
+    size: int = 0
+
+
+def _chain_from(state: bytes, keys: Sequence[bytes]) -> list[bytes]:
+    """The digests `item_chain` makes after ``state`` for items of canonical JSON ``keys``."""
+    out: list[bytes] = []
+    blake2b = hashlib.blake2b
+    for key in keys:
+        step = blake2b(state, digest_size=16)
+        step.update(key)
         state = step.digest()
         out.append(state)
     return out
@@ -191,6 +296,8 @@ class Conversations:
         """Live conversations by key, least recently used first."""
         self._by_endpoint: dict[bytes, Conversation] = {}
         self._lock = threading.Lock()
+        self.chains = ChainMemo()
+        """The digests of lists seen before (`ChainMemo`): a request hashes only its new items."""
         self._after: dict[str, tuple[asyncio.Task[None], Conversation]] = {}
         """Each conversation's work after its reply (`after_reply`), by key, while it runs."""
 

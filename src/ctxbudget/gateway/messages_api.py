@@ -29,6 +29,7 @@ from ctxbudget.gateway.api import ErrorKind, JsonBody, Parsed, json_object
 from ctxbudget.integrations._view import SOURCE_KEY, Translated, translate
 from ctxbudget.messages._checks import as_list, as_object
 from ctxbudget.messages.anthropic import anthropic_message_groups, request_from_anthropic
+from ctxbudget.messages.jsondepth import ItemKeys
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.messages.usage import Usage
 
@@ -82,7 +83,7 @@ class MessagesApi:
     name = "messages"
     path = "/v1/messages"
 
-    def parse(self, body: JsonBody) -> Parsed:
+    def parse(self, body: JsonBody, keys: ItemKeys | None = None) -> Parsed:
         """Read a Messages body (``system``, ``messages``, ``tools``, ``max_tokens``...).
         Also reads a ``count_tokens`` body (the same, without ``max_tokens``)."""
         obj = as_object(body, "request")

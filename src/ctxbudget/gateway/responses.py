@@ -43,6 +43,7 @@ from ctxbudget.messages._checks import (
     required_str,
     type_name,
 )
+from ctxbudget.messages.jsondepth import ItemKeys
 from ctxbudget.messages.model import Message, Request, join_system
 from ctxbudget.messages.usage import Usage
 
@@ -72,7 +73,7 @@ class ResponsesApi:
         self.memo = ItemMemo()
         """The messages read from items seen before (a conversation's prefix)."""
 
-    def parse(self, body: JsonBody) -> Parsed:
+    def parse(self, body: JsonBody, keys: ItemKeys | None = None) -> Parsed:
         """Read a Responses body: ``instructions`` and leading system/developer items are the
         system prompt, ``input`` the conversation (a string is one user message), ``tools``
         the function and custom tools. ``previous_response_id`` / ``conversation`` are passed

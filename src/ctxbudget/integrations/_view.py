@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Generic, TypeVar
 
 from ctxbudget.compaction.handoff import SUMMARY_HEADER
@@ -16,7 +17,15 @@ from ctxbudget.integrations._guard import ADAPTER_META_PREFIX
 from ctxbudget.messages.model import Message, join_system
 from ctxbudget.messages.usage import Usage
 
-__all__ = ["SOURCE_KEY", "Substitution", "Translated", "UsageMemory", "translate"]
+__all__ = [
+    "SOURCE_KEY",
+    "Resume",
+    "Substitution",
+    "Translated",
+    "UsageMemory",
+    "stamp",
+    "translate",
+]
 
 Item = TypeVar("Item")
 SOURCE_KEY = f"{ADAPTER_META_PREFIX}source"
@@ -56,6 +65,11 @@ class Translated(Generic[Item]):
         """`back`, after the leading system items: a whole list for the framework's state."""
         return [*self.items[: self.lead], *self.back(messages, rebuild)]
 
+    def resume(self) -> Resume:
+        """What this translation made of its items, for a later `translate` of a list that
+        starts with them."""
+        return Resume(self.per_item, self.system, self.lead)
+
     def _silent_before(self, index: int) -> list[Item]:
         """The items with no messages (reasoning, say) just before ``items[index]``: they go
         where it goes, as a reasoning item goes with the call it preceded."""
@@ -65,21 +79,66 @@ class Translated(Generic[Item]):
         return list(self.items[start:index])
 
 
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """What `translate` made of a list's leading items, to go on from (`Translated.resume`):
+    their messages, the system prompt they held and how many were system items."""
+
+    per_item: tuple[tuple[Message, ...], ...]
+    system: str | None
+    lead: int
+
+    def begun(self) -> bool:
+        """The conversation proper had begun within these items (`translate`'s ``started``
+        with system items leading): they hold a message that is not our summary (the system
+        messages they became the prompt of are not in ``per_item``). Only then can
+        `translate` go on from them."""
+        return any(not m.is_summary for group in self.per_item for m in group)
+
+
 def translate(
-    items: Sequence[Item], one: Callable[[Item], Sequence[Message]], *, lead_system: bool = True
+    items: Sequence[Item],
+    one: Callable[[Item], Sequence[Message]],
+    *,
+    lead_system: bool = True,
+    resume: Resume | None = None,
 ) -> Translated[Item]:
     """Translate ``items`` with ``one``.
 
     System messages before the conversation proper (before any message that is neither a
     system message nor our summary) become the system prompt, wherever their items put them:
     pydantic-ai keeps the system prompt in the first request, next to the user's task.
+
+    A message ``one`` returns already stamped with its item's index (`stamp`) is kept as the
+    very object it is: a caller that remembers its reads (the gateway's item memo) then gets
+    the same `Message` objects for an unchanged item request after request, and comparisons
+    of a resent list stop at identity instead of comparing every field.
+
+    ``resume``: the caller knows ``items`` start with ``len(resume.per_item)`` items that read
+    as those of an earlier call (equal items at the same places: the gateway compares their
+    JSON), which `Translated.resume` returned; they are taken as they were, and ``one`` is
+    called for the items after them only. Taken only where the conversation proper had begun
+    within them (after that, an item's messages depend on the item and its index alone);
+    else every item is read.
     """
     per_item: list[tuple[Message, ...]] = []
     system: list[str | None] = []
     lead = 0
     started = not lead_system
-    for i, item in enumerate(items):
-        got = [dataclasses.replace(m, meta={**m.meta, SOURCE_KEY: i}) for m in one(item)]
+    first = 0
+    if resume is not None and (started or resume.begun()):
+        per_item, lead, started = list(resume.per_item), resume.lead, True
+        system = [resume.system] if resume.system is not None else []
+        first = len(per_item)
+    for i, item in enumerate(items[first:], first):
+        got = stamp(one(item), i)
+        if started:
+            # Past the system prompt every message is kept, as it is unless `_demote` changes
+            # it (most do not: the tuple ``got`` itself is then kept, no copy).
+            if any(map(_demotes, got)):
+                got = tuple(map(_demote, got))
+            per_item.append(got)
+            continue
         kept = []
         for m in got:
             if m.role == "system" and not started:
@@ -91,8 +150,25 @@ def translate(
         per_item.append(tuple(kept))
         if got and not kept and lead == i:
             lead = i + 1
-    messages = tuple(m for group in per_item for m in group)
+    messages = tuple(chain.from_iterable(per_item))
     return Translated(tuple(items), join_system(system), messages, tuple(per_item), lead)
+
+
+def stamp(messages: Sequence[Message], index: int) -> tuple[Message, ...]:
+    """``messages`` marked as translated from item ``index`` (``meta[SOURCE_KEY]``); a message
+    marked so already is returned as it is (the same object), not copied."""
+    for m in messages:
+        mark = m.meta.get(SOURCE_KEY)
+        if type(mark) is not int or mark != index:
+            break
+    else:  # all marked already (a remembered read): the very same messages
+        return messages if isinstance(messages, tuple) else tuple(messages)
+    return tuple(
+        m
+        if type(m.meta.get(SOURCE_KEY)) is int and m.meta[SOURCE_KEY] == index
+        else dataclasses.replace(m, meta={**m.meta, SOURCE_KEY: index})
+        for m in messages
+    )
 
 
 def _same(a: Sequence[Message], b: Sequence[Message]) -> bool:
@@ -101,6 +177,11 @@ def _same(a: Sequence[Message], b: Sequence[Message]) -> bool:
         x == y or dataclasses.replace(x, usage=None) == dataclasses.replace(y, usage=None)
         for x, y in zip(a, b, strict=True)
     )
+
+
+def _demotes(m: Message) -> bool:
+    """`_demote` would change ``m``."""
+    return m.role == "system" or (m.role == "user" and m.text.startswith(SUMMARY_HEADER))
 
 
 def _demote(m: Message) -> Message:
