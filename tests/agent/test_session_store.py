@@ -220,6 +220,9 @@ def test_a_state_saved_is_loaded_by_a_fresh_store_on_the_same_file(tmp_path: Pat
         assert again.load("conv") == state
         assert again.load("other") == _state(2)
         assert again.keys() == ["conv", "other"]
+        # NORMAL (1): a commit is not fsynced (the WAL is, at checkpoints); FULL (2) was one
+        # fsync a request on the gateway's path.
+        assert again._db.execute("PRAGMA synchronous").fetchone()[0] == 1
     assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
