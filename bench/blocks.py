@@ -17,7 +17,12 @@ def replace_block(old: str, name: str, text: str) -> str:
 
     Without both markers (in order) the block is appended at the end, after a blank line."""
     start, end = markers(name)
-    block = f"{start}\n{text.strip()}\n{end}"
+    lines = text.splitlines()
+    while lines and not lines[0].strip():  # blank lines only: an indented first line stays so
+        del lines[0]
+    while lines and not lines[-1].strip():
+        del lines[-1]
+    block = "\n".join([start, *lines, end])
     begin = old.find(start)
     finish = old.find(end, begin + len(start)) if begin >= 0 else -1
     if finish >= 0:

@@ -35,8 +35,9 @@ HEADER = """# Benchmarks
 
 Every number here comes from a script under `bench/`, run on this project's 2-core, 24 GiB
 machine (shared, so noisy); each section gives its command, and ratios are measured within one
-run. `make bench` runs them all (it installs the `bench` extra, litellm, for one comparison);
-`python bench/collect.py` rebuilds this file from the sections in `bench/*.md`.
+run. `make bench` runs them all (it installs the `bench` extra, litellm, for one comparison).
+Edit the sections in `bench/*.md`, not this file: `python bench/collect.py` rebuilds it from
+them, and `python bench/collect.py --split` takes direct edits of it back into them.
 """
 
 HEADING = re.compile(r"(#{1,6})(?:[ \t]+|$)")
@@ -112,7 +113,8 @@ def split(document: str, current: Mapping[str, str | None]) -> dict[str, str]:
             "make that edit in HEADER in bench/collect.py"
         )
     bodies = [
-        "\n".join(lines[a:b]).strip("\n") for a, b in zip(starts, [*starts[1:], len(lines)])
+        "\n".join(lines[a:b]).strip("\n")
+        for a, b in zip(starts, [*starts[1:], len(lines)], strict=True)
     ]
     titles = [lines[a][3:].strip() for a in starts]
     by_title = {title: name for name, title in current.items() if title is not None}
