@@ -998,18 +998,6 @@ def first_table(rows: list[dict[str, Any]], base: str) -> list[str]:
     return out
 
 
-def write_block(name: str, text: str, path: Path = HERE / "gateway.md") -> None:
-    """Replace this script's block (between its markers) in bench/gateway.md, prose kept."""
-    start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
-    old = path.read_text("utf-8") if path.exists() else ""
-    block = f"{start}\n{text.strip()}\n{end}"
-    if start in old and end in old:
-        new = old[: old.index(start)] + block + old[old.index(end) + len(end) :]
-    else:
-        new = (old.rstrip() + "\n\n" if old.strip() else "") + block + "\n"
-    path.write_text(new, encoding="utf-8")
-
-
 def load_conditions() -> str:
     """The machine's load while the bench ran (other jobs share it)."""
     one, five, _ = os.getloadavg()
@@ -1138,7 +1126,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         text = render(rows, memory, rss, conditions, argv)
         print(text)
         if not args.no_write:
-            write_block("gateway.py", text)
+            from blocks import write_block  # bench/blocks.py, beside this script
+
+            write_block(HERE / "gateway.md", "gateway.py", text)
     finally:
         for child in children:
             child.stop()

@@ -41,6 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 # The latency bench's harness, beside this file (bench/ is not a package).
+from blocks import write_block  # bench/blocks.py: a script's block of its .md, prose kept
 from gateway import (
     HEADERS,
     Child,
@@ -59,7 +60,6 @@ from gateway import (
     start_litellm,
     start_upstream,
     upstream_stats,
-    write_block,
 )
 
 
@@ -276,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
         print(text)
         if not args.no_write:
-            write_block("gateway_load.py", text)
+            write_block(Path(__file__).parent / "gateway.md", "gateway_load.py", text)
     finally:
         for child in children:
             child.stop()

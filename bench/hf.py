@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import counting as counting_bench  # bench/counting.py, beside this script
+from blocks import write_block  # bench/blocks.py, beside this script
 from ctxbudget.counting import PerMessage, RequestCount, RequestCounter, count_request
 from ctxbudget.counting.template_input import message_text, template_messages
 from ctxbudget.messages.model import Message, Request, ToolSpec, extends
@@ -368,7 +369,8 @@ def main() -> None:
                     print(lines[-1], flush=True)
         lines += real_step_rows(counters)
         lines += floor_rows()
-    (HERE / "hf.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    # Its block of bench/hf.md; the title (lines[0]) is the section's heading, outside it.
+    write_block(HERE / "hf.md", "hf.py", "\n".join(lines[1:]))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from blocks import write_block  # bench/blocks.py, beside this script
 from ctxbudget.budget.rules import POLICY_NAMES, CtxbudgetPolicy, Policy
 from ctxbudget.replay.analyze import replay_file
 from ctxbudget.replay.replay import fill, learned_before
@@ -247,7 +248,9 @@ def main() -> None:
         f"were at most {max(WALL_REPLIES):,} tokens.",
     ]
     text = "\n".join(lines) + "\n"
-    (Path(__file__).parent / "replay_rules.md").write_text(text, encoding="utf-8")
+    # Its block of bench/replay_rules.md; the title (lines[0]) is the section's heading,
+    # outside it.
+    write_block(Path(__file__).parent / "replay_rules.md", "replay_rules.py", "\n".join(lines[1:]))
     print(text)
 
 

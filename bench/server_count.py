@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from blocks import write_block  # bench/blocks.py, beside this script
 from ctxbudget.counting import RequestCounter
 from ctxbudget.messages.model import Message, Request, ToolSpec
 from ctxbudget.providers.llamacpp_count import LlamaCppCounter
@@ -159,7 +160,7 @@ def main() -> None:
         "|---:|---|---:|---:|---:|",
         *rows,
     ]
-    (HERE / "server_count.md").write_text("\n".join(table) + "\n", encoding="utf-8")
+    write_block(HERE / "server_count.md", "server_count.py", "\n".join(table))
 
 
 if __name__ == "__main__":
