@@ -701,13 +701,20 @@ class Sample:
 
 
 async def send(client: Any, url: str, body: bytes, stream: bool, tokens: int) -> Sample:
-    """POST one request and read its whole reply; the time covers both."""
+    """POST one request and read its whole reply; the time covers both. A connection that
+    fails is an error of this target (status 0, named on stderr), not the end of the run."""
+    import httpx
+
     start = time.perf_counter()
-    if stream:
-        async with client.stream("POST", url, content=body, headers=HEADERS) as reply:
-            await reply.aread()
-    else:
-        reply = await client.post(url, content=body, headers=HEADERS)
+    try:
+        if stream:
+            async with client.stream("POST", url, content=body, headers=HEADERS) as reply:
+                await reply.aread()
+        else:
+            reply = await client.post(url, content=body, headers=HEADERS)
+    except httpx.TransportError as exc:
+        print(f"bench: {url}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return Sample(time.perf_counter() - start, 0, tokens)
     elapsed = time.perf_counter() - start
     kept = {
         k: v
