@@ -197,9 +197,9 @@ class MessageCounts:
         # request runs with the CPU caches full of the tokenizer's data, and each C function of
         # the interpreter that a step touches and the full count's loop does not (min_max; the
         # keyword parser, vgetargskeywords, that zip(..., strict=...) goes through) costs
-        # instruction-cache misses. Under callgrind those two were ~45 of the ~160 L2
-        # instruction misses this step had more than the code before issue 31 (BENCHMARKS.md,
-        # "Counting internals"). tests/counting/test_counter_steps.py pins both.
+        # instruction-cache misses. Under callgrind (a 2 MiB cache) the 1M-token step had 243 L2
+        # instruction misses against 81 before issue 31; 115 without these and range() in
+        # qwen.py (BENCHMARKS.md, "Counting internals"). test_counter_steps.py pins it.
         if pivot != old_pivot:  # the messages between the two pivots change flags
             first_moved = (pivot if pivot < old_pivot else old_pivot) + 1
             if first_moved < start:
