@@ -6,7 +6,7 @@ tool result that another follows loses its ``<|im_end|>``: their bodies keep the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import replace
 
 import pytest
@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from tests.counting.strategies import messages
 
 from ctxbudget.counting import RequestCounter, count_request
+from ctxbudget.counting import qwen as qwen_module
+from ctxbudget.counting import scheme as scheme_module
 from ctxbudget.counting.qwen import NO_QUERY, QWEN_TEMPLATES, last_query_index
 from ctxbudget.messages.model import (
     ImagePart,
@@ -324,3 +326,35 @@ def test_a_step_that_fails_midway_leaves_the_counter_as_it_was(
     grown = base.append(Message(role="user", content="And now?"))
     assert counter.count(grown) == count_request(grown, "qwen3")
     assert counter.count(grown).kind == "estimate"
+
+
+def test_a_step_calls_no_min_range_or_zip_with_a_keyword(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step keeps off the interpreter's C paths that a full count's loop does not run: the
+    first step after counting a long request finds them out of the CPU caches (issue 31's
+    1M-token step row; the comment in ``MessageCounts.count`` says what callgrind showed)."""
+    calls: list[str] = []
+
+    def spy_range(*args: int) -> range:
+        calls.append("range")
+        return range(*args)
+
+    def spy_zip(*args: Iterable[object], **kwargs: bool) -> Iterator[tuple[object, ...]]:
+        if kwargs:
+            calls.append(f"zip({', '.join(kwargs)}=...)")
+        return zip(*args, **kwargs)  # noqa: B905 the keywords as given
+
+    def spy_min(*args: int) -> int:
+        calls.append("min")
+        return min(*args)
+
+    monkeypatch.setattr(scheme_module, "zip", spy_zip, raising=False)
+    monkeypatch.setattr(scheme_module, "min", spy_min, raising=False)
+    monkeypatch.setattr(qwen_module, "range", spy_range, raising=False)
+    request = Request(messages=(QUERY, PLAIN))
+    counter = RequestCounter("qwen3")
+    counter.count(request)
+    calls.clear()
+    grown = request.append(USER)  # a new query: the pivot moves, the old reply's flags change
+    got = counter.count(grown)
+    assert calls == []
+    assert got == count_request(grown, "qwen3")  # a full count, which may zip strictly

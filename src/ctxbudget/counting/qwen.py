@@ -116,7 +116,8 @@ def last_query_index(messages: Sequence[Message], start: int = 0, previous: int 
     ``previous`` is the result for ``messages[:start]``, so only ``messages[start:]`` is
     searched (``start=0`` knows nothing).
     """
-    for i in range(len(messages) - 1, start - 1, -1):
+    i = len(messages) - 1
+    while i >= start:  # not range(): see qwen3_flags
         message = messages[i]
         if message.role == "user":  # a query unless its text only wraps a tool result
             text = message.content
@@ -124,6 +125,7 @@ def last_query_index(messages: Sequence[Message], start: int = 0, previous: int 
                 text = message_text(message)
             if not (text.startswith(TOOL_OPEN) and text.endswith(TOOL_CLOSE)):
                 return i
+        i -= 1
     return previous if start else NO_QUERY
 
 
@@ -188,8 +190,12 @@ def qwen3_flags(messages: Sequence[Message], start: int, pivot: int) -> list[Has
     """The neighbour facts each Qwen3 message of ``messages[start:]`` renders by."""
     flags: list[Hashable] = []
     last = len(messages) - 1
-    for index in range(start, last + 1):
-        message = messages[index]
+    # A slice and a counter, not range(): a step calls this for two messages right after a
+    # full count, with cold CPU caches, where range's C code is one more thing to fetch (as
+    # min() in MessageCounts.count); tests/counting/test_counter_steps.py pins it.
+    index = start - 1
+    for message in messages[start:]:
+        index += 1
         role = message.role
         if role == "assistant":
             # Reasoning shows after the last query, last or not: one flag value, one entry.

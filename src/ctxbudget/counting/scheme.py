@@ -193,15 +193,24 @@ class MessageCounts:
         else:
             pivot = self._pivot_of(messages, 0, NO_PIVOT)
         start = kept - 1 if kept else 0  # the old last message's neighbours changed
-        if pivot != old_pivot:
-            start = min(start, pivot + 1, old_pivot + 1)
+        # No min() here and no keyword to zip() below: the first step after counting a long
+        # request runs with the CPU caches full of the tokenizer's data, and each C function of
+        # the interpreter that a step touches and the full count's loop does not (min_max; the
+        # keyword parser, vgetargskeywords, that zip(..., strict=...) goes through) costs
+        # instruction-cache misses. Under callgrind (a 2 MiB cache) the 1M-token step had 243 L2
+        # instruction misses against 81 before issue 31; 115 without these and range() in
+        # qwen.py (BENCHMARKS.md, "Counting internals"). test_counter_steps.py pins it.
+        if pivot != old_pivot:  # the messages between the two pivots change flags
+            first_moved = (pivot if pivot < old_pivot else old_pivot) + 1
+            if first_moved < start:
+                start = first_moved
         flags = self._flags_of(messages, start, pivot)
         counts: list[int] = []
         estimates = self._estimates
         if estimates and estimates[-1] >= start:  # committed at the end: a failure keeps them
             estimates = estimates[: bisect_left(estimates, start)]
         split, bodies, frames = self._split, self._bodies, self._frames
-        for message, f in zip(messages[start:], flags, strict=False):  # as many, unchecked
+        for message, f in zip(messages[start:], flags):  # noqa: B905 as many: see above
             if split:  # a body's count whatever the flags, a frame's per flags
                 body = bodies.get(id(message))
                 if body is None or body[0] is not message:
