@@ -25,6 +25,23 @@ def test_import_ctxbudget_loads_no_heavy_package() -> None:
     assert _loaded_after("ctxbudget") == set()
 
 
+SERVE_ONLY = ("orjson", "starlette", "uvicorn", "prometheus_client", "redis")
+"""The ``serve`` (and ``redis``) extras' packages: a core install has none of them."""
+
+
+def test_the_core_library_imports_nothing_from_the_serve_extra() -> None:
+    # The whole public API and a budgeted step of the agent loop on the mock model: a core
+    # module that imported one of these would fail on `pip install ctxbudget` (make demo did,
+    # when the depth memo's orjson import sat in messages/jsondepth.py).
+    code = (
+        "ctxbudget; from ctxbudget import *; from ctxbudget.agent.loop import Agent; "
+        "import ctxbudget.cli.main, ctxbudget.integrations._view"
+    )
+    run = run_python(_LOADED.format(what=code, heavy=SERVE_ONLY))
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert set(run.stdout.split()) == set()
+
+
 def test_counting_with_a_built_in_scheme_loads_no_jinja() -> None:
     code = (
         "ctxbudget; from ctxbudget import Request, Message, RequestCounter; "

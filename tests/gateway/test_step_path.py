@@ -21,8 +21,9 @@ from ctxbudget.gateway.app import Gateway, _Refused
 from ctxbudget.gateway.chat import ChatCompletions
 from ctxbudget.gateway.config import GatewayConfig
 from ctxbudget.gateway.conversations import ChainMemo, item_chain
+from ctxbudget.gateway.depth import DepthMemo
 from ctxbudget.integrations._view import SOURCE_KEY, translate
-from ctxbudget.messages.jsondepth import MAX_JSON_DEPTH, DepthMemo, json_depth
+from ctxbudget.messages.jsondepth import MAX_JSON_DEPTH, json_depth
 from ctxbudget.messages.model import Message, what_changed
 from ctxbudget.messages.openai import message_from_openai
 from ctxbudget.providers.mock import MockProvider

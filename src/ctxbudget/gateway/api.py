@@ -31,8 +31,8 @@ from typing import Any, Protocol, cast
 
 import orjson
 
+from ctxbudget.gateway.depth import ItemKeys
 from ctxbudget.integrations._view import Resume, Translated
-from ctxbudget.messages.jsondepth import ItemKeys
 from ctxbudget.messages.model import Request
 from ctxbudget.messages.usage import Usage
 

@@ -56,6 +56,7 @@ from ctxbudget.gateway.api import JsonBody, Parsed, WireApi, json_object, merge_
 from ctxbudget.gateway.chat import CHAT
 from ctxbudget.gateway.config import GatewayConfig
 from ctxbudget.gateway.conversations import Conversation, Conversations
+from ctxbudget.gateway.depth import DepthMemo, ItemKeys
 from ctxbudget.gateway.discover import ServedWindows, discover_window, missing_window
 from ctxbudget.gateway.lifecycle import Health, mount_ops, ops_routes
 from ctxbudget.gateway.logs import RequestLog, log_request
@@ -64,7 +65,6 @@ from ctxbudget.gateway.metrics import GatewayMetrics
 from ctxbudget.gateway.responses import RESPONSES
 from ctxbudget.gateway.sse import SseParser
 from ctxbudget.gateway.upstream import StreamReply, Upstream, UpstreamError
-from ctxbudget.messages.jsondepth import DepthMemo, ItemKeys
 from ctxbudget.messages.model import Request
 from ctxbudget.messages.usage import Usage
 from ctxbudget.providers.endpoint import provider_name_for

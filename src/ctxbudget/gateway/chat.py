@@ -20,9 +20,9 @@ from ctxbudget.gateway.api import (
     ReadLists,
     json_object,
 )
+from ctxbudget.gateway.depth import ItemKeys
 from ctxbudget.integrations._view import stamp, translate
 from ctxbudget.messages._checks import join
-from ctxbudget.messages.jsondepth import ItemKeys
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.messages.openai import message_from_openai, message_to_openai, request_from_openai
 from ctxbudget.messages.usage import Usage

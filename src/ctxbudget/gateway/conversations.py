@@ -80,8 +80,8 @@ from ctxbudget.compaction.archive_file import open_regular
 from ctxbudget.errors import ArchiveError, CtxbudgetError
 from ctxbudget.gateway.api import Parsed
 from ctxbudget.gateway.config import GatewayConfig
+from ctxbudget.gateway.depth import ItemKeys
 from ctxbudget.integrations._view import UsageMemory
-from ctxbudget.messages.jsondepth import ItemKeys
 from ctxbudget.messages.model import Message, Request
 
 if TYPE_CHECKING:

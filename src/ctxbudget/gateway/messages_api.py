@@ -26,10 +26,10 @@ from ctxbudget.agent.budget_session import ADAPTER_META_PREFIX
 from ctxbudget.budget.usage import usage_from_anthropic
 from ctxbudget.errors import CtxbudgetError, InputError
 from ctxbudget.gateway.api import ErrorKind, JsonBody, Parsed, json_object
+from ctxbudget.gateway.depth import ItemKeys
 from ctxbudget.integrations._view import SOURCE_KEY, Translated, translate
 from ctxbudget.messages._checks import as_list, as_object
 from ctxbudget.messages.anthropic import anthropic_message_groups, request_from_anthropic
-from ctxbudget.messages.jsondepth import ItemKeys
 from ctxbudget.messages.model import Message, Request
 from ctxbudget.messages.usage import Usage
 

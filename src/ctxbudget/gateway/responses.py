@@ -25,6 +25,7 @@ from ctxbudget.budget.usage import usage_from_openai_responses
 from ctxbudget.errors import CtxbudgetError, InputError
 from ctxbudget.gateway.api import ErrorKind, ItemMemo, JsonBody, Parsed, json_object
 from ctxbudget.gateway.chat import CHAT
+from ctxbudget.gateway.depth import ItemKeys
 from ctxbudget.integrations._responses import (
     Turn,
     read_turn,
@@ -43,7 +44,6 @@ from ctxbudget.messages._checks import (
     required_str,
     type_name,
 )
-from ctxbudget.messages.jsondepth import ItemKeys
 from ctxbudget.messages.model import Message, Request, join_system
 from ctxbudget.messages.usage import Usage
 
