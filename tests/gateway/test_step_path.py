@@ -14,6 +14,7 @@ import pytest
 from tests.gateway.helpers import gateway, scripted, user
 
 import ctxbudget.gateway.app as app_module
+import ctxbudget.gateway.depth as depth_module
 import ctxbudget.messages.jsondepth as jsondepth
 from ctxbudget.compaction.handoff import SUMMARY_HEADER
 from ctxbudget.gateway.api import ItemMemo
@@ -102,6 +103,7 @@ def test_a_resent_conversation_walks_only_its_new_items(
 
     # Wherever the walker is looked up from (the gateway imported it by name before).
     monkeypatch.setattr(jsondepth, "json_depth", counting)
+    monkeypatch.setattr(depth_module, "json_depth", counting)
     monkeypatch.setattr(app_module, "json_depth", counting, raising=False)
     gw = _gateway(tmp_path)
     history = _conversation(40)
