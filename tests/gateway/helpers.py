@@ -54,13 +54,7 @@ def scripted(provider: MockProvider) -> tuple[ASGIApp, Upstream]:
         if scope["type"] != "http":
             await inner(scope, receive, send)
             return
-        chunks: list[bytes] = []
-        more = True
-        while more:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        raw = b"".join(chunks)
+        raw = await read_body(receive)
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         body = orjson.loads(raw) if raw else None
         record.requests.append((scope["path"], headers, body))
@@ -71,18 +65,35 @@ def scripted(provider: MockProvider) -> tuple[ASGIApp, Upstream]:
         if model == ENDLESS:
             await _endless(send, receive, record)
             return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-
-        await inner(scope, replay, send)
+        await inner(scope, replaying(raw, receive), send)
 
     return app, record
+
+
+async def read_body(receive: Receive) -> bytes:
+    """The whole request body, read from ``receive``."""
+    chunks: list[bytes] = []
+    more = True
+    while more:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+def replaying(raw: bytes, receive: Receive) -> Receive:
+    """``receive`` for an app behind one that read the request body already: that body once,
+    whole, then whatever the client sends next (its disconnect)."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    return replay
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from tests.gateway.helpers import scripted
+from starlette.types import ASGIApp, Receive, Scope, Send
+from tests.gateway.helpers import read_body, replaying, scripted
 
 from ctxbudget.compaction.summarizer import SUMMARIZER_SYSTEM
 from ctxbudget.counting import RequestCounter
@@ -81,7 +81,7 @@ def ollama(num_ctx: int, ps: Ps = "loaded") -> tuple[ASGIApp, OllamaRecord]:
             record.ps_headers.append(headers)
             await _ps(send, ps, num_ctx)
             return
-        raw = await _body(receive)
+        raw = await read_body(receive)
         if scope["path"] == "/v1/chat/completions":
             record.chat_headers.append(headers)
             body = orjson.loads(raw)
@@ -90,16 +90,7 @@ def ollama(num_ctx: int, ps: Ps = "loaded") -> tuple[ASGIApp, OllamaRecord]:
             summary = request_from_openai(body).system == SUMMARIZER_SYSTEM
             record.prompts.append(Prompt(tokens, count(kept), summary, tokens > num_ctx))
             raw = orjson.dumps(kept)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-
-        await inner(scope, replay, send)
+        await inner(scope, replaying(raw, receive), send)
 
     return app, record
 
@@ -114,16 +105,6 @@ def _kept(body: dict[str, Any], num_ctx: int, count: Any) -> dict[str, Any]:
     while start < len(rest) - 1 and count({**body, "messages": [*system, *rest[start:]]}) > num_ctx:
         start += 1
     return {**body, "messages": [*system, *rest[start:]]}
-
-
-async def _body(receive: Receive) -> bytes:
-    chunks: list[bytes] = []
-    more = True
-    while more:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        more = message.get("more_body", False)
-    return b"".join(chunks)
 
 
 async def _ps(send: Send, ps: Ps, num_ctx: int) -> None:
