@@ -6,8 +6,9 @@ import gzip
 import os
 import shutil
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -85,6 +86,24 @@ def require_browser() -> tuple[str, str]:
     if os.environ.get("CTXBUDGET_REQUIRE_BROWSER") == "1":
         pytest.fail(f"{reason}; CTXBUDGET_REQUIRE_BROWSER=1 makes this a failure")
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium through selenium, one per test module (see `require_browser`)."""
+    chromium, driver_path = require_browser()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 def free_port() -> int:

@@ -17,6 +17,7 @@ from ctxbudget.gateway.chat import CHAT
 from ctxbudget.gateway.discover import discover_window
 from ctxbudget.gateway.sse import SseParser
 from ctxbudget.gateway.upstream import Upstream
+from ctxbudget.providers.served import ps_url
 from ctxbudget.providers.streaming import ReplyLimitError
 
 STREAM = (
@@ -95,6 +96,28 @@ def test_the_window_is_discovered_from_the_server(
 
     found = asyncio.run(go())
     assert found is not None and found.window == window and source in found.source
+
+
+@pytest.mark.parametrize(
+    ("base", "server"),
+    [
+        ("http://127.0.0.1:11434", "http://127.0.0.1:11434"),
+        ("http://127.0.0.1:11434/v1/", "http://127.0.0.1:11434"),
+        ("https://host.test/ollama/v1", "https://host.test/ollama"),
+    ],
+)
+def test_the_servers_own_routes_are_where_the_library_asks_them(
+    tmp_path: Path, base: str, server: str
+) -> None:
+    # /props and /api/ps live beside /v1: behind a path prefix they keep it, as the library's
+    # OpenAICompatibleProvider.served_window asks (ps_url). They were under the bare origin.
+    upstream = Upstream(config(tmp_path, upstream=base))
+    try:
+        assert upstream.url("/api/ps") == ps_url(base) == server + "/api/ps"
+        assert upstream.url("/props") == server + "/props"
+        assert upstream.url("/v1/models") == server + "/v1/models"
+    finally:
+        asyncio.run(upstream.aclose())
 
 
 def test_no_window_is_discovered_from_a_server_that_states_none(tmp_path: Path) -> None:

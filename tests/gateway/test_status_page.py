@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from tests.agent.conversations import long_conversation
-from tests.conftest import require_browser
 from tests.gateway.ops_server import running
 
 from ctxbudget.agent.budget_session import BudgetSession
@@ -135,23 +134,6 @@ def test_an_entry_from_a_budget_session() -> None:
 
 
 # -- headless Chromium against a real server ------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    chromium, driver_path = require_browser()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 Served = Callable[[dict[str, Any]], None]

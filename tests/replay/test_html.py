@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import require_browser
 from tests.replay.conftest import char_estimator, openai_pair, shared_trace
 
 from ctxbudget.replay import load_trace, replay_file, replay_trace, write_html
@@ -50,23 +49,6 @@ def test_rendered_page_holds_no_raw_payload(write_log: Callable[[list[str]], Pat
 
 
 # --- headless Chromium -------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    chromium, driver_path = require_browser()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def open_page(browser: Any, path: Path) -> None:

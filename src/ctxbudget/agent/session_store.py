@@ -381,6 +381,19 @@ class _StateMemo:
             self._entries.move_to_end(key)
             return found.state
 
+    def read(self, key: str, text: str | bytes, where: str) -> SessionState:
+        """The state ``text`` holds for ``key``: the one remembered when the text is unchanged,
+        else parsed (a bad one is one `InputError` line naming ``where``) and remembered."""
+        known = self.loaded(key, text)
+        if known is not None:
+            return known
+        try:
+            state = state_from_json(text, where)
+        except InputError as exc:
+            raise InputError(_first_line(exc)) from None
+        self.remember(key, text, state)
+        return state
+
     def view(self, key: str, state: SessionState) -> list[Any] | None:
         """The view records of ``state.prefix`` when they are remembered for ``key``."""
         with self._lock:
@@ -482,15 +495,7 @@ class SqliteSessionStore:
         text = row[0]
         if not isinstance(text, str | bytes):
             raise InputError(f"{self.path}: the state of {key!r} is not text; save it again")
-        known = self._memo.loaded(key, text)
-        if known is not None:
-            return known
-        try:
-            state = state_from_json(text, f"{self.path}[{key!r}]")
-        except InputError as exc:
-            raise InputError(_first_line(exc)) from None
-        self._memo.remember(key, text, state)
-        return state
+        return self._memo.read(key, text, f"{self.path}[{key!r}]")
 
     def save(self, key: str, state: SessionState) -> None:
         """Keep ``state`` under ``key``, replacing what was there, in one transaction."""
@@ -633,15 +638,7 @@ class RedisSessionStore:
             return None
         if not isinstance(text, bytes):  # pragma: no cover - the client returns bytes
             raise InputError(f"{self.url}[{key!r}]: the state is not text; save it again")
-        known = self._memo.loaded(key, text)
-        if known is not None:
-            return known
-        try:
-            state = state_from_json(text, f"{self.url}[{key!r}]")
-        except InputError as exc:
-            raise InputError(_first_line(exc)) from None
-        self._memo.remember(key, text, state)
-        return state
+        return self._memo.read(key, text, f"{self.url}[{key!r}]")
 
     def save(self, key: str, state: SessionState) -> None:
         """Keep ``state`` under ``key`` (one ``SET``: a reader sees the old state or the new

@@ -22,12 +22,13 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import httpx
 
 from ctxbudget.errors import ProviderError
 from ctxbudget.gateway.config import GatewayConfig
+from ctxbudget.providers.served import server_url
 from ctxbudget.providers.transport import ERROR_BODY_BYTES
 
 __all__ = ["HOP_BY_HOP", "StreamReply", "Upstream", "UpstreamError", "UpstreamReply"]
@@ -158,8 +159,8 @@ class Upstream:
             base += "/v1"
             parts = urlsplit(base)
         self.base_url = base
-        self.origin = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
-        self._base_path = parts.path.rstrip("/")
+        self.server = server_url(base)
+        """Where the server's own routes are (`server_url`: the base URL without its ``/v1``)."""
         seconds = config.read_timeout
         self.client = httpx.AsyncClient(
             transport=transport,
@@ -173,10 +174,11 @@ class Upstream:
 
     def url(self, path: str) -> str:
         """The upstream URL for a gateway ``path``: ``/v1/...`` under the base URL (whatever
-        its own path), anything else (``/props``, ``/api/ps``) under the server's origin."""
+        its own path), anything else (``/props``, ``/api/ps``) under the server (`server`: a
+        server behind a path prefix keeps it, as the library's `ps_url` does)."""
         if path == "/v1" or path.startswith("/v1/"):
             return self.base_url + path[3:]
-        return self.origin + path
+        return self.server + path
 
     def headers(self, client_headers: Iterable[tuple[str, str]]) -> dict[str, str]:
         """The headers to send upstream for a client request's ``client_headers``."""

@@ -24,13 +24,20 @@ SERVED_BODY_BYTES = 256 * 1024
 """The most of its body read: a model's entry is a few hundred bytes."""
 
 
-def ps_url(base_url: str) -> str:
-    """``/api/ps`` on the server of an OpenAI-compatible ``base_url`` (Ollama's is ``.../v1``)."""
+def server_url(base_url: str) -> str:
+    """The server behind an OpenAI-compatible ``base_url``: the URL without its ``/v1`` (a
+    server under a path prefix, ``https://host/ollama/v1``, keeps the prefix). The server's own
+    routes (``/api/ps``, ``/props``) are under it."""
     parts = urlsplit(base_url)
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[: -len("/v1")]
-    return urlunsplit((parts.scheme, parts.netloc, path + PS_PATH, "", ""))
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def ps_url(base_url: str) -> str:
+    """``/api/ps`` on the server of an OpenAI-compatible ``base_url`` (Ollama's is ``.../v1``)."""
+    return server_url(base_url) + PS_PATH
 
 
 def served_context_length(body_text: str, model: str) -> int | None:
