@@ -463,6 +463,22 @@ class BudgetSession:
             new_turn=new_turn,
             checkpoints=checkpoints,
         )
+        return await self.asend(
+            sent, send, summarizer=summarizer, reply=reply, retry_truncated=retry_truncated
+        )
+
+    async def asend(
+        self,
+        sent: Request,
+        send: Callable[[Request], Awaitable[Result]],
+        *,
+        summarizer: Summarizer | None = None,
+        reply: Callable[[Result], Reply | None] | None = None,
+        retry_truncated: bool = False,
+    ) -> Result:
+        """`arun` after its `prepare`: for a caller that runs ``prepare`` in a worker thread of
+        its own, together with other blocking work of the same request (the gateway: one
+        thread hop, not three). ``sent`` is what `prepare` returned; the rest is `arun`'s."""
         try:
             result = await send(sent)
         except ContextOverflowError as error:
