@@ -51,31 +51,10 @@ HERE = Path(__file__).resolve().parent
 CHUNK = 65_536
 """Body bytes per ASGI ``http.request`` message (a socket read's worth, as uvicorn hands them)."""
 
-# (row, parent): each row's time is inside its parent's; ``rest`` rows are computed.
-ROWS: list[tuple[str, str | None]] = [
-    ("total", None),
-    ("starlette + response", "total"),
-    ("guarded", "total"),
-    ("body read", "guarded"),
-    ("parse + depth", "guarded"),
-    ("depth check", "parse + depth"),
-    ("translate", "guarded"),
-    ("identity/chain", "guarded"),
-    ("session lookup", "guarded"),
-    ("upstream headers", "guarded"),
-    ("arun", "guarded"),
-    ("decision", "arun"),
-    ("send", "arun"),
-    ("count", "send"),
-    ("forward-body build", "send"),
-    ("upstream send", "send"),
-    ("upstream read", "send"),
-    ("truncation check", "arun"),
-    ("sent", "guarded"),
-    ("record usage", "guarded"),
-    ("after reply (awaited)", "guarded"),
-    ("metrics + log", "guarded"),
-]
+BEFORE_SEND = ("_refresh", "refresh", "prepare", "count", "ready")
+"""The worker-thread hops between finding the conversation and sending upstream: the store's
+refresh, the session's decision, the count of what is sent (one hop, ``ready``, after this
+work; three before)."""
 
 
 def _load_bench() -> Any:
@@ -133,29 +112,16 @@ def _wrap(spans: Spans, owner: Any, attr: str, name: str) -> None:
     setattr(owner, attr, functools.wraps(fn)(timed))
 
 
-HOP_ROWS = {
-    "_refresh": "session lookup",
-    "_resume_or_create": "session lookup",
-    "prepare": "decision",
-    "count": "count",
-    "_truncated": "truncation check",
-}
-
-
 def _hop_name(func: Callable[..., Any]) -> str:
     name = getattr(func, "__qualname__", repr(func))
     return name.rsplit(".", 1)[-1] if "<lambda>" not in name else name
 
 
 def _hop_spans(spans: Spans, name: str, waited: float, ran: float) -> None:
-    """One ``to_thread`` hop on the reply's path: its wait in the span it belongs to (where no
-    wrapper times that span already), and its wait less its function's run (the hop)."""
-    row = HOP_ROWS.get(name)
-    if row is None:
-        spans.add(f"hop {name}", waited)  # a hop no wrapper times
-    elif row != "session lookup":  # `Conversations.find` is timed whole
-        spans.add(row, waited)
-    spans.add(f"hop: {name} (wait less run)", waited - ran)
+    """One ``to_thread`` hop on the reply's path: its wait, and its wait less its function's
+    own run (what the hop itself costs)."""
+    spans.add(f"hop wait: {name}", waited)
+    spans.add(f"hop less run: {name}", waited - ran)
     spans.add("hops on the path", 1.0)
 
 
@@ -181,10 +147,8 @@ def _instrument(spans: Spans) -> None:
     _wrap(spans, upstream.StreamReply, "read", "upstream read")
     _wrap(spans, app.Gateway, "_send", "send")
     _wrap(spans, chat.ChatCompletions, "forward_body", "forward-body build")
-    _wrap(spans, BudgetSession, "arun", "arun")
     _wrap(spans, BudgetSession, "record", "record usage")
     _wrap(spans, app._Tracked, "done", "metrics + log")
-    _wrap(spans, app.Gateway, "forward", "bare forward")
     _wrap(spans, counter.RequestCounter, "count", "counter.count, all calls (run)")
     _wrap(spans, BudgetSession, "prepare", "prepare (run)")
     _wrap(spans, conversations.Conversations, "_refresh", "refresh (run)")
@@ -353,68 +317,78 @@ async def worker(upstream_url: str, max_size: int, profile_size: int | None) -> 
     await bare_gateway.aclose()
 
 
-def _median_ms(values: list[float]) -> float:
-    return 1000 * statistics.median(values) if values else 0.0
+def _breakdown(s: dict[str, float]) -> dict[str, float]:
+    """One step's rows (seconds) from its raw spans: disjoint parts of `Gateway.guarded`, and
+    what is left of it (``rest``)."""
+    hops = {k[len("hop wait: ") :]: v for k, v in s.items() if k.startswith("hop wait: ")}
+    less = {k[len("hop less run: ") :]: v for k, v in s.items() if k.startswith("hop less run: ")}
+    g = s.get
+    before_send = sum(v for k, v in hops.items() if k in BEFORE_SEND)
+    refresh_hop = hops.get("_refresh", 0.0) + hops.get("_resume_or_create", 0.0)
+    count_hop = hops.get("count", 0.0)
+    rows = {
+        "total": g("total", 0.0),
+        "Starlette + response (outside guarded)": g("total", 0.0) - g("guarded", 0.0),
+        "guarded": g("guarded", 0.0),
+        "body read": g("body read", 0.0),
+        "JSON parse (orjson.loads + checks)": g("parse + depth", 0.0) - g("depth check", 0.0),
+        "depth check (+ item keys)": g("depth check", 0.0),
+        "translate (API parse)": g("translate", 0.0),
+        "identity/chain": g("identity/chain", 0.0),
+        "session lookup (less a store hop)": g("session lookup", 0.0) - refresh_hop,
+        "blocking work before the send, hops included": before_send,
+        "  store refresh (run)": g("refresh (run)", 0.0),
+        "  decision: BudgetSession.prepare (run)": g("prepare (run)", 0.0),
+        "  hop cost (wait less run)": sum(v for k, v in less.items() if k in BEFORE_SEND),
+        "upstream headers": g("upstream headers", 0.0),
+        "send, less its count hop": g("send", 0.0) - count_hop,
+        "  forward-body build": g("forward-body build", 0.0),
+        "  upstream send (to its headers)": g("upstream send", 0.0),
+        "  upstream read": g("upstream read", 0.0),
+        "truncation check (hop)": hops.get("_truncated", 0.0),
+        "  its hop cost (wait less run)": less.get("_truncated", 0.0),
+        "sent (conversation's endpoint)": g("sent", 0.0),
+        "record usage": g("record usage", 0.0),
+        "after reply (awaited part)": g("after reply (awaited)", 0.0),
+        "metrics + log line": g("metrics + log", 0.0),
+    }
+    top = [k for k in rows if not k.startswith(" ") and k not in ("total", "guarded")]
+    top.remove("Starlette + response (outside guarded)")
+    rows["rest of guarded"] = rows["guarded"] - sum(rows[k] for k in top)
+    rows["counter.count, every call (run)"] = g("counter.count, all calls (run)", 0.0)
+    rows["after-reply work (off the path)"] = g("after-reply work (off path)", 0.0)
+    return rows
 
 
 def report(size: int, results: dict[str, list[dict[str, Any]]]) -> str:
-    """The breakdown table of one size: a column per tree, medians in ms."""
+    """The breakdown table of one size: a column per tree, medians over the steps, in ms."""
     names = list(results)
-    tokens = statistics.median(r["tokens"] for r in results[names[0]])
+    first = results[names[0]]
+    tokens = statistics.median(r["tokens"] for r in first)
+    size_bytes = statistics.median(r["bytes"] for r in first)
     lines = [
-        f"\n~{tokens:,.0f} tokens ({statistics.median(r['bytes'] for r in results[names[0]]):,.0f}"
-        f" bytes), {len(results[names[0]])} steps, medians in ms",
+        f"\n~{tokens:,.0f} tokens ({size_bytes:,.0f} bytes), {len(first)} steps a tree, "
+        "medians in ms",
         "",
         "| span | " + " | ".join(names) + " |",
         "|---|" + "---:|" * len(names),
     ]
-    rows: dict[str, dict[str, float]] = {}
+    columns: dict[str, dict[str, float]] = {}
     for name in names:
-        steps = [r["ctxbudget"] for r in results[name]]
-        keys = {k for s in steps for k in s}
-        per = {k: [s.get(k, 0.0) for s in steps] for k in keys}
-        med = {k: _median_ms(v) for k, v in per.items() if not k.startswith("hops on")}
-        med["hops on the path"] = statistics.median(per.get("hops on the path", [0.0]))
-        med["starlette + response"] = _median_ms(
-            [s["total"] - s.get("guarded", 0.0) for s in steps]
-        )
-        for parent in {p for _, p in ROWS if p not in (None, "total", "parse + depth")}:
-            children = [r for r, p in ROWS if p == parent]
-            med[f"rest of {parent}"] = _median_ms(
-                [s.get(parent, 0.0) - sum(s.get(c, 0.0) for c in children) for s in steps]
-            )
-        med["parse (orjson.loads + checks)"] = _median_ms(
-            [s.get("parse + depth", 0.0) - s.get("depth check", 0.0) for s in steps]
+        steps = [_breakdown(r["ctxbudget"]) for r in results[name]]
+        column = {k: 1000 * statistics.median(s[k] for s in steps) for k in steps[0]}
+        column["hops on the path"] = statistics.median(
+            r["ctxbudget"].get("hops on the path", 0.0) for r in results[name]
         )
         bare = [r["bare"]["total"] for r in results[name]]
-        med["bare total"] = _median_ms(bare)
-        med["total − bare total"] = _median_ms(
-            [r["ctxbudget"]["total"] - r["bare"]["total"] for r in results[name]]
+        column["bare route total"] = 1000 * statistics.median(bare)
+        column["total − bare (same request)"] = 1000 * statistics.median(
+            r["ctxbudget"]["total"] - r["bare"]["total"] for r in results[name]
         )
-        med["bare: Gateway.forward"] = _median_ms(
-            [r["bare"].get("bare forward", 0.0) for r in results[name]]
-        )
-        rows[name] = med
-    order = [r for r, _ in ROWS]
-    order += ["parse (orjson.loads + checks)"]
-    order += sorted({k for m in rows.values() for k in m if k.startswith("rest of")})
-    order += sorted({k for m in rows.values() for k in m if k.startswith("hop")})
-    order += [
-        "counter.count, all calls (run)",
-        "after-reply work (off path)",
-        "bare total",
-        "bare: Gateway.forward",
-    ]
-    order += ["total − bare total"]
-    seen = set()
-    for key in order:
-        if key in seen:
-            continue
-        seen.add(key)
-        if all(key not in rows[n] for n in names):
-            continue
+        columns[name] = column
+    for key in columns[names[0]]:
         fmt = "{:.0f}" if key == "hops on the path" else "{:.3f}"
-        cells = [fmt.format(rows[n].get(key, 0.0)) if key in rows[n] else "—" for n in names]
+        cells = [fmt.format(columns[n][key]) for n in names]
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -456,8 +430,13 @@ def main(argv: list[str] | None = None) -> None:
             json.loads(proc.stdout.readline())
         for size in sizes:
             results: dict[str, list[dict[str, Any]]] = {n: [] for n in workers}
-            for c in range(args.conversations):
-                for s in range(args.steps + 1):
+            # Below `SMALL` tokens a conversation is measured over 1 step (and more of them),
+            # so that its requests stay near the size (as bench/gateway.py does).
+            small = size < bench.SMALL
+            conversations = args.conversations * args.steps if small else args.conversations
+            steps = 1 if small else args.steps
+            for c in range(conversations):
+                for s in range(steps + 1):
                     names = list(workers) if (c + s) % 2 == 0 else list(workers)[::-1]
                     for name in names:
                         targets = ["ctxbudget", "bare"] if s % 2 == 0 else ["bare", "ctxbudget"]

@@ -1,6 +1,7 @@
 """What a continuing step costs the event loop in fixed work (issue 27's latency): the blocking
 work before the send (the shared store's refresh, the session's decision, the count of what is
-sent) runs in one worker-thread hop, not three. Pinned by spies, not by timing."""
+sent) runs in one worker-thread hop, not three, and a reply whose report matches that count is
+checked for truncation without a hop. Pinned by spies, not by timing."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.gateway.helpers import gateway, scripted, user
+from tests.gateway.helpers import gateway, long_text, scripted, user
 
 from ctxbudget.counting import RequestCounter
 from ctxbudget.gateway.conversations import Conversations
@@ -38,9 +39,7 @@ def _spy_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return hops
 
 
-def test_a_continuing_step_makes_one_hop_before_its_send(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_continuing_step_makes_one_hop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     hops = _spy_hops(monkeypatch)
     refreshed: list[bool] = []  # True: on a worker thread
     refresh = getattr(Conversations, "refresh", None)
@@ -86,8 +85,9 @@ def test_a_continuing_step_makes_one_hop_before_its_send(
 
     on_path = asyncio.run(go())
     # Before: the store's refresh, the decision, the count of what is sent and the truncation
-    # check, each its own hop (4). Now the first three are one.
-    assert len(on_path) == 2, on_path
+    # check, each its own hop (4). Now the first three are one, and the check of a report
+    # that matches the count needs none.
+    assert len(on_path) == 1, on_path
     assert on_path[0].endswith("ready")
     assert refreshed == [True]  # still refreshed once a step, off the event loop
     assert len(record.chat_bodies()) == 2
@@ -119,3 +119,48 @@ def test_the_count_made_before_the_send_is_the_forwarded_requests(tmp_path: Path
         for body in record.chat_bodies()
     ]
     assert tokens == fresh
+
+
+def test_a_step_that_forwards_a_compacted_view_makes_one_hop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # After a compaction every step forwards the view; the client's own list is counted too
+    # (the ``received`` tokens), in the hop before the send, not in a hop of its own after.
+    import ctxbudget.gateway.app as app_module
+    from ctxbudget.messages.openai import request_from_openai
+
+    hops = _spy_hops(monkeypatch)
+    logged: list[Any] = []
+    log_request = app_module.log_request
+
+    def spying_log(entry: Any, **kwargs: Any) -> None:
+        logged.append(entry)
+        log_request(entry, **kwargs)
+
+    monkeypatch.setattr(app_module, "log_request", spying_log)
+    upstream, _ = scripted(MockProvider("chat", window=2048))
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
+
+    async def go() -> tuple[Any, list[str]]:
+        async with gateway(tmp_path, upstream, window=2048) as (client, gw):
+            reply = None
+            for turn in range(12):
+                messages.append(user(long_text(f"topic {turn}", 30)))
+                if gw._conversations is not None:
+                    await gw._conversations.settled()  # the last step's save, not this one's
+                hops.clear()
+                reply = await client.post(
+                    "/v1/chat/completions", json={"model": "mock", "messages": messages}
+                )
+                assert reply.status_code == 200, reply.text
+                messages.append(reply.json()["choices"][0]["message"])
+            assert gw.summary_calls >= 1
+            await gw._conversations.settled()
+            return reply, [h for h in hops if "after_reply" not in h]
+
+    last, on_path = asyncio.run(go())
+    assert last.headers["x-ctxbudget-compacted"] == "1"
+    assert len(on_path) == 1, on_path  # before: `ready`, then the client's list counted
+    client_list = request_from_openai({"model": "mock", "messages": messages[:-1]})
+    assert logged[-1].tokens_received == RequestCounter("qwen3").count(client_list).total
+    assert logged[-1].tokens_forwarded == int(last.headers["x-ctxbudget-tokens"])

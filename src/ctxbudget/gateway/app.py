@@ -29,7 +29,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
@@ -69,6 +69,9 @@ from ctxbudget.messages.model import Request
 from ctxbudget.messages.usage import Usage
 from ctxbudget.providers.endpoint import provider_name_for
 from ctxbudget.providers.overflow import classify_error, server_error_text
+
+if TYPE_CHECKING:
+    from ctxbudget.counting.result import RequestCount
 
 __all__ = ["DEFAULT_APIS", "Gateway", "create_app"]
 
@@ -250,25 +253,30 @@ class Gateway:
         model = self.config.summary_model or parsed.model or ""
         summarizer = _UpstreamSummarizer(self, api, model, headers, lambda: session.window)
 
-        def ready() -> tuple[Request, Request, int]:
+        def ready() -> tuple[Request, Request, RequestCount, int | None]:
             # The blocking work before the send, in one worker-thread hop (each hop is a thread
             # wake-up and a return to the loop, ~0.2 ms): a newer compaction another instance
             # saved taken over (`Conversations.refresh`), the session's decision (floor, rule,
-            # compaction: `BudgetSession.prepare`, what `arun` runs first), and the count of
-            # what it decided to send (the one `_send` needs).
+            # compaction: `BudgetSession.prepare`, what `arun` runs first), the count of what
+            # it decided to send (the one `_send` needs) and, when that is a compacted view,
+            # the count of the list as the client sent it (the ``received`` tokens).
             conversations.refresh(conversation)
             request = asked
             if request.max_output_tokens is None:  # the window's reserve, after the refresh
                 request = dataclasses.replace(request, max_output_tokens=session.max_output_tokens)
             sent = session.prepare(request, summarizer=summarizer, new_turn=True)
-            return request, sent, int(session.counter.count(sent).total)
+            counted = session.counter.count(sent)
+            client = None
+            if sent.messages is not request.messages:
+                client = int(session.counter.count(request).total)
+            return request, sent, counted, client
 
-        request, prepared, prepared_tokens = await asyncio.to_thread(ready)
+        request, prepared, counted, client_tokens = await asyncio.to_thread(ready)
         timer.window = session.window
 
         async def send(sent: Request) -> _Forwarded:
             # A request the session sends again after an overflow is counted anew.
-            tokens = prepared_tokens if sent is prepared else None
+            tokens = int(counted.total) if sent is prepared else None
             return await self._send(
                 http, api, raw, body, parsed, request, sent, headers, session, timer, tokens
             )
@@ -283,7 +291,12 @@ class Gateway:
         # A prompt the upstream silently truncated (Ollama) is compacted and sent again now:
         # the reply to the truncated one never reaches the client.
         result = await session.asend(
-            prepared, send, summarizer=summarizer, reply=read_reply, retry_truncated=True
+            prepared,
+            send,
+            summarizer=summarizer,
+            reply=read_reply,
+            retry_truncated=True,
+            counted=counted,
         )
         conversations.sent(conversation, parsed, api.name, chain)
         conversation.last_tokens = result.tokens
@@ -298,7 +311,9 @@ class Gateway:
             out_headers[CLAMPED_HEADER] = str(result.clamped)
         compacted = out_headers["x-ctxbudget-compacted"] == "1"
         received = result.tokens  # the list as the client sent it: counted again if changed
-        if compacted:
+        if compacted and client_tokens is not None:
+            received = client_tokens  # counted before the send, in the same hop
+        elif compacted:  # only the retry after an overflow compacted it
             received = await asyncio.to_thread(lambda: session.counter.count(request).total)
         outcome = "compacted" if compacted else "ok"
         if result.stream is not None:
