@@ -6,15 +6,17 @@ to the gateway's guarded route and to the bare pass-through (`Gateway.forward` a
 bench/gateway.py calls ``bare``), by calling the ASGI apps directly: no client, no uvicorn (both
 routes would pay those alike). Wall-clock spans (``perf_counter``) wrap the gateway's steps:
 
-- ``total``: the ASGI call, from the first byte of the body to the last byte of the reply;
-  ``starlette + response`` is what is left of it outside `Gateway.guarded` (routing, sending);
-- inside `Gateway.guarded`: body read, JSON parse, depth check, translate (the API's
-  ``parse``), identity/chain, session lookup (`Conversations.find`), the session's loop
-  (`BudgetSession.arun`: decision, count, forward-body build, upstream send, reply read,
-  truncation check), ``sent``, upstream headers, metrics and log line, work after the reply;
-- ``hop`` rows: each ``asyncio.to_thread`` call on the path, its wait less its function's own
-  run time (the cost of the hop itself);
-- ``rest``: the part of a span its listed parts do not cover.
+- ``total``: the ASGI call, from the first body chunk to the reply's last byte; what is
+  left of it outside `Gateway.guarded` is Starlette's routing and the response's sending;
+- inside `Gateway.guarded`, disjoint parts: body read, JSON parse, depth check (with the
+  items' canonical keys), translate (the API's ``parse``), identity/chain, session lookup,
+  the blocking work before the send (the store's refresh, `BudgetSession.prepare`, the count
+  of what is sent: its worker-thread hops included, and their cost, a hop's wait less its
+  function's run), upstream headers, the send (forward-body build, upstream send and read),
+  the truncation check, ``sent``, record usage, the awaited part of the work after the
+  reply, metrics and log line; ``rest of guarded`` is what they do not cover;
+- beside them: every ``RequestCounter.count`` call's run, the work after the reply (off the
+  reply's path: the fsync and the state save), and the bare route's total on the same body.
 
 The first request of each conversation (the whole history counted) is not in the tables: they
 are the medians over the steps after it. ``--tree NAME=PATH`` (repeatable) measures other
@@ -24,7 +26,8 @@ route's steps at that size instead (worker threads run inline there, so the prof
 them). Writes nothing.
 
 Run: PYTHONPATH=$PWD/src .venv/bin/python bench/gateway_steps.py [--sizes 2000,35000,130000]
-     [--conversations 3] [--steps 10] [--tree before=/tmp/gwtrim-before] [--profile 130000]
+     [--conversations 3] [--steps 10] [--tree before=/tmp/gwtrim-before]
+     [--profile 130000 [--profile-filter 'gateway/|budget_session']]
 """
 
 from __future__ import annotations
@@ -272,11 +275,6 @@ async def worker(upstream_url: str, max_size: int, profile_size: int | None) -> 
         async def inline(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
             return func(*args, **kwargs)
 
-    if os.environ.get("GWSTEPS_GC"):
-        import gc
-
-        v = os.environ["GWSTEPS_GC"]
-        gc.disable() if v == "off" else gc.set_threshold(int(v), 10, 10)
     print(json.dumps({"ready": True}), flush=True)
     loop = asyncio.get_running_loop()
     while True:
@@ -311,8 +309,10 @@ async def worker(upstream_url: str, max_size: int, profile_size: int | None) -> 
         import pstats
 
         stats = pstats.Stats(profiler, stream=sys.stderr)
-        stats.sort_stats("tottime").print_stats(35)
-        stats.sort_stats("cumulative").print_stats(os.environ.get("GWSTEPS_FILTER", ""), 60)
+        # ``--profile-filter``: only functions whose path matches it (a regular expression).
+        only = os.environ.get("GWSTEPS_PROFILE_FILTER", "")
+        stats.sort_stats("tottime").print_stats(only, 35)
+        stats.sort_stats("cumulative").print_stats(only, 60)
     await guarded.state.gateway.aclose()
     await bare_gateway.aclose()
 
@@ -401,6 +401,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--tree", action="append", default=[], metavar="NAME=PATH")
     parser.add_argument("--profile", type=int, metavar="SIZE")
+    parser.add_argument("--profile-filter", default="", metavar="REGEX", help="with --profile")
     parser.add_argument("--worker", nargs=2, metavar=("UPSTREAM", "MAX_SIZE"), help="internal")
     parser.add_argument("--worker-profile", type=int, help="internal")
     args = parser.parse_args(argv)
@@ -422,6 +423,7 @@ def main(argv: list[str] | None = None) -> None:
             if args.profile:
                 cmd += ["--worker-profile", str(args.profile)]
             env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+            env["GWSTEPS_PROFILE_FILTER"] = args.profile_filter
             workers[name] = subprocess.Popen(
                 cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
             )
