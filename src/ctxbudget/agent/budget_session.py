@@ -463,6 +463,25 @@ class BudgetSession:
             new_turn=new_turn,
             checkpoints=checkpoints,
         )
+        return await self.asend(
+            sent, send, summarizer=summarizer, reply=reply, retry_truncated=retry_truncated
+        )
+
+    async def asend(
+        self,
+        sent: Request,
+        send: Callable[[Request], Awaitable[Result]],
+        *,
+        summarizer: Summarizer | None = None,
+        reply: Callable[[Result], Reply | None] | None = None,
+        retry_truncated: bool = False,
+        counted: RequestCount | None = None,
+    ) -> Result:
+        """`arun` after its `prepare`: for a caller that runs ``prepare`` in a worker thread of
+        its own, together with other blocking work of the same request (the gateway: one
+        thread hop, not three). ``sent`` is what `prepare` returned; the rest is `arun`'s.
+        ``counted``: this session's counter's count of ``sent``, when the caller made it (a
+        reply whose report matches it is then checked for truncation on the loop)."""
         try:
             result = await send(sent)
         except ContextOverflowError as error:
@@ -471,7 +490,7 @@ class BudgetSession:
         found = self._read(result, reply)
         if found is not None and (
             self.cut(sent, found) is not None
-            or await asyncio.to_thread(self._truncated, sent, found.usage, retry=retry_truncated)
+            or await self._atruncated(sent, found.usage, retry_truncated, counted)
         ):
             sent = await asyncio.to_thread(
                 self.compact, sent, "context_overflow", summarizer=summarizer
@@ -509,12 +528,31 @@ class BudgetSession:
             await asyncio.to_thread(self._truncated, sent, found.usage)
         return result
 
-    def _truncated(self, sent: Request, usage: Usage, *, retry: bool = False) -> bool:
+    async def _atruncated(
+        self, sent: Request, usage: Usage, retry: bool, counted: RequestCount | None
+    ) -> bool:
+        """`_truncated`, in a worker thread unless nothing in it can block: ``sent``'s count is
+        known (``counted``) and the report is no gap below it (`prompt_gap`), so
+        `check_truncation` finds nothing and asks the server nothing (its `served_window`, its
+        other counts and the archive's meta all follow a gap). That check, the step's usual
+        one, then runs here: a worker-thread hop costs more than it does."""
+        if counted is not None and prompt_gap(usage.input_tokens, counted.total) is None:
+            return self._truncated(sent, usage, retry=retry, counted=counted)
+        return await asyncio.to_thread(self._truncated, sent, usage, retry=retry, counted=counted)
+
+    def _truncated(
+        self,
+        sent: Request,
+        usage: Usage,
+        *,
+        retry: bool = False,
+        counted: RequestCount | None = None,
+    ) -> bool:
         """True when `check_truncation` found one and the caller is to compact ``sent`` and
         resend it now (``retry``); without ``retry`` the next `prepare` compacts whatever the
         rule says (the caller's view holds the reply by then, as `Agent`'s does when it
         compacts)."""
-        if self.check_truncation(sent, usage) is None:
+        if self.check_truncation(sent, usage, counted) is None:
             return False
         if not retry:
             with self._state:
@@ -644,12 +682,14 @@ class BudgetSession:
             self.silent_overflow(found, reply.usage.input_tokens, "length")
         return found
 
-    def check_truncation(self, sent: Request, usage: Usage) -> SilentOverflow | None:
+    def check_truncation(
+        self, sent: Request, usage: Usage, counted: RequestCount | None = None
+    ) -> SilentOverflow | None:
         """A prompt the server silently shortened (from a server known to report whole prompts,
         or one whose stated window shows it, `_stated_truncation`): adopt the window it shows.
         The caller compacts (the reply stays: the server answered the newest messages, which
-        truncation keeps)."""
-        count = self.counter.count(sent)
+        truncation keeps). ``counted``: the counter's count of ``sent``, when made already."""
+        count = self.counter.count(sent) if counted is None else counted
         with self._state:
             gap = self.usage_trust.truncation(usage, count)
         if gap is None:

@@ -29,7 +29,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
@@ -69,6 +69,9 @@ from ctxbudget.messages.model import Request
 from ctxbudget.messages.usage import Usage
 from ctxbudget.providers.endpoint import provider_name_for
 from ctxbudget.providers.overflow import classify_error, server_error_text
+
+if TYPE_CHECKING:
+    from ctxbudget.counting.result import RequestCount
 
 __all__ = ["DEFAULT_APIS", "Gateway", "create_app"]
 
@@ -204,7 +207,8 @@ class Gateway:
             conversations = await self.conversations()
             # Once a request, and only its new items hashed (`ChainMemo`).
             chain = conversations.chains.chain(api.name, parsed.head, parsed.translated.items, keys)
-            conversation = await conversations.find(api.name, parsed, chain)
+            # Its refresh from the shared store runs in `_run`'s one worker-thread hop.
+            conversation = await conversations.find(api.name, parsed, chain, refresh=False)
             return await self._run(
                 http, api, raw, body, parsed, conversations, conversation, timer, chain
             )
@@ -243,17 +247,38 @@ class Gateway:
         session = conversation.session
         timer.conversation, timer.window = conversation.id, session.window
         messages = conversations.attach_usage(conversation, parsed.request.messages)
-        request = parsed.request.with_messages(messages)
-        if request.max_output_tokens is None:
-            request = dataclasses.replace(request, max_output_tokens=session.max_output_tokens)
+        asked = parsed.request.with_messages(messages)
         headers = self.upstream.headers(http.headers.items())
         headers["content-type"] = "application/json"
         model = self.config.summary_model or parsed.model or ""
         summarizer = _UpstreamSummarizer(self, api, model, headers, lambda: session.window)
 
+        def ready() -> tuple[Request, Request, RequestCount, int | None]:
+            # The blocking work before the send, in one worker-thread hop (each hop is a thread
+            # wake-up and a return to the loop, ~0.2 ms): a newer compaction another instance
+            # saved taken over (`Conversations.refresh`), the session's decision (floor, rule,
+            # compaction: `BudgetSession.prepare`, what `arun` runs first), the count of what
+            # it decided to send (the one `_send` needs) and, when that is a compacted view,
+            # the count of the list as the client sent it (the ``received`` tokens).
+            conversations.refresh(conversation)
+            request = asked
+            if request.max_output_tokens is None:  # the window's reserve, after the refresh
+                request = dataclasses.replace(request, max_output_tokens=session.max_output_tokens)
+            sent = session.prepare(request, summarizer=summarizer, new_turn=True)
+            counted = session.counter.count(sent)
+            client = None
+            if sent.messages is not request.messages:
+                client = int(session.counter.count(request).total)
+            return request, sent, counted, client
+
+        request, prepared, counted, client_tokens = await asyncio.to_thread(ready)
+        timer.window = session.window
+
         async def send(sent: Request) -> _Forwarded:
+            # A request the session sends again after an overflow is counted anew.
+            tokens = int(counted.total) if sent is prepared else None
             return await self._send(
-                http, api, raw, body, parsed, request, sent, headers, session, timer
+                http, api, raw, body, parsed, request, sent, headers, session, timer, tokens
             )
 
         def read_reply(result: _Forwarded) -> Reply | None:
@@ -265,13 +290,13 @@ class Gateway:
 
         # A prompt the upstream silently truncated (Ollama) is compacted and sent again now:
         # the reply to the truncated one never reaches the client.
-        result = await session.arun(
-            request,
+        result = await session.asend(
+            prepared,
             send,
             summarizer=summarizer,
             reply=read_reply,
-            new_turn=True,
             retry_truncated=True,
+            counted=counted,
         )
         conversations.sent(conversation, parsed, api.name, chain)
         conversation.last_tokens = result.tokens
@@ -286,7 +311,9 @@ class Gateway:
             out_headers[CLAMPED_HEADER] = str(result.clamped)
         compacted = out_headers["x-ctxbudget-compacted"] == "1"
         received = result.tokens  # the list as the client sent it: counted again if changed
-        if compacted:
+        if compacted and client_tokens is not None:
+            received = client_tokens  # counted before the send, in the same hop
+        elif compacted:  # only the retry after an overflow compacted it
             received = await asyncio.to_thread(lambda: session.counter.count(request).total)
         outcome = "compacted" if compacted else "ok"
         if result.stream is not None:
@@ -330,12 +357,15 @@ class Gateway:
         headers: dict[str, str],
         session: Any,
         timer: _Tracked,
+        tokens: int | None = None,
     ) -> _Forwarded:
         """Send ``sent`` upstream (to the path and query the client used: ``?beta=true``
         stays); an overflow is raised as `ContextOverflowError` (the session recovers and retries
-        once), any other error reply is returned to be passed back."""
-        count = await asyncio.to_thread(session.counter.count, sent)
-        tokens = int(count.total)
+        once), any other error reply is returned to be passed back. ``tokens``: the count of
+        ``sent`` when the caller made it already (else it is counted here)."""
+        if tokens is None:
+            count = await asyncio.to_thread(session.counter.count, sent)
+            tokens = int(count.total)
         # A reply limit larger than the window leaves is lowered to it (Claude Code asks for
         # 128,000 of an 8K window); the session then reads a reply stopped there as asked.
         asked = parsed.request.max_output_tokens

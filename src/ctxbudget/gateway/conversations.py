@@ -304,10 +304,18 @@ class Conversations:
     # -- finding ---------------------------------------------------------------------------------
 
     async def find(
-        self, api: str, parsed: Parsed, chain: list[bytes] | None = None
+        self,
+        api: str,
+        parsed: Parsed,
+        chain: list[bytes] | None = None,
+        *,
+        refresh: bool = True,
     ) -> Conversation:
         """The conversation ``parsed`` continues, else a new one (``chain``: its `item_chain`,
-        when the caller has it already)."""
+        when the caller has it already). A live one is brought up to date with the shared
+        store (`refresh`, in a worker thread); with ``refresh=False`` the caller runs `refresh`
+        itself, in the worker thread it runs the session's decision in (one hop, not two),
+        before that decision."""
         if chain is None:
             chain = item_chain(api, parsed.head, parsed.translated.items)
         with self._lock:
@@ -323,12 +331,14 @@ class Conversations:
             await self.settled(evicted_only=True)
             return await asyncio.to_thread(self._resume_or_create, api, parsed, chain)
         await self.settled(found)  # its last reply's usage recorded, its state saved
-        await asyncio.to_thread(self._refresh, found)
+        if refresh:
+            await asyncio.to_thread(self.refresh, found)
         return found
 
-    def _refresh(self, conversation: Conversation) -> None:
+    def refresh(self, conversation: Conversation) -> None:
         """Take over a newer compaction of ``conversation`` that another instance saved in the
-        shared store since this one last saw it (its view is then the one forwarded here too)."""
+        shared store since this one last saw it (its view is then the one forwarded here too).
+        Blocking (the store's read): call it from a worker thread."""
         session = conversation.session
         stored = self.store.load(conversation.key)
         if stored is not None and len(stored.compactions) > len(session.compactions):
