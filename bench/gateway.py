@@ -645,6 +645,51 @@ def start_bare(where: Path, upstream: str) -> Child:
     return start_child("bare", cmd, port, where, "/v1/models")
 
 
+NGINX_CONF = """
+daemon off;
+master_process off;
+worker_processes 1;
+pid {where}/nginx.pid;
+error_log {where}/nginx.err warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {where}/nginx-body;
+    proxy_temp_path {where}/nginx-proxy;
+    client_max_body_size 128m;
+    client_body_buffer_size 64m;
+    upstream model {{ server {upstream}; keepalive 64; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://model;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }}
+    }}
+}}
+"""
+"""nginx as a plain reverse proxy: one worker, keep-alive to the upstream, the request body
+held in memory, the reply streamed (``proxy_buffering off``). A C proxy that reads nothing:
+the hop's cost without Python, the floor under ``bare``."""
+
+
+def start_nginx(where: Path, binary: str, upstream: str) -> Child:
+    """``binary`` (an nginx) as a reverse proxy in front of ``upstream`` (`NGINX_CONF`)."""
+    port = free_port()
+    conf = where / "nginx.conf"
+    hostport = upstream.split("://", 1)[1].split("/", 1)[0]
+    conf.write_text(NGINX_CONF.format(where=where, upstream=hostport, port=port))
+    return start_child(
+        "nginx",
+        [binary, "-c", str(conf), "-e", str(where / "nginx.err")],
+        port,
+        where,
+        "/v1/models",
+    )
+
+
 def litellm_python(flag: str | None) -> str | None:
     """The Python whose ``litellm`` proxy to run: ``--litellm``'s, else this one's when it has
     ``litellm[proxy]`` installed, else None (the comparison is skipped, and the output says so).
@@ -1066,6 +1111,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--window", type=int, default=1_000_000, help="upstream and gateway")
     parser.add_argument("--litellm", metavar="PYTHON", help="a Python with litellm[proxy]")
     parser.add_argument("--no-bare", action="store_true", help="no bare pass-through target")
+    parser.add_argument("--nginx", metavar="BINARY", help="add nginx as a C reverse proxy target")
     parser.add_argument(
         "--tmpfs", action="store_true", help="add a gateway with its state in /dev/shm"
     )
@@ -1108,6 +1154,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             fast = start_gateway(shm, upstream.url, args.window, name="gateway-tmpfs")
             children.append(fast)
             targets["ctxbudget-tmpfs"] = fast.url
+        if args.nginx and not args.direct_only:
+            proxy = start_nginx(where, args.nginx, upstream.url)
+            children.append(proxy)
+            targets["nginx"] = proxy.url
         lite_python = litellm_python(args.litellm)
         if lite_python is None:
             print("litellm[proxy] not found: no litellm column (see --litellm)", flush=True)
