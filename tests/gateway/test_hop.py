@@ -147,6 +147,7 @@ def test_a_small_reply_goes_back_whole_with_its_length_and_every_header(tmp_path
         (b"set-cookie", b"a=1"),
         (b"x-request-id", b"req-7"),
         (b"set-cookie", b"b=2"),
+        (b"x-note", "café".encode()),  # UTF-8 bytes in a header: passed as they are
         (b"content-length", str(len(body)).encode()),
     ]
     upstream = Recorded(
@@ -171,6 +172,7 @@ def test_a_small_reply_goes_back_whole_with_its_length_and_every_header(tmp_path
         (b"set-cookie", b"a=1"),
         (b"x-request-id", b"req-7"),
         (b"set-cookie", b"b=2"),
+        (b"x-note", "café".encode()),
     ]
     # An error body goes back as it came (not cut as the gateway cuts what it classifies).
     assert (missing, missing_body) == (404, error)
@@ -231,3 +233,25 @@ def test_a_small_reply_that_stalls_mid_body_is_a_timeout(tmp_path: Path) -> None
 
         status, _, got = asyncio.run(asyncio.wait_for(go(), 10))
     assert status == 504 and b"silent" in got
+
+
+def test_the_chat_routes_reply_headers_keep_their_bytes(tmp_path: Path) -> None:
+    completion = (
+        b'{"id": "c1", "object": "chat.completion", "model": "m", "choices": [{"index": 0, '
+        b'"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}], '
+        b'"usage": {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10}}'
+    )
+    reply = [(b"content-type", b"application/json"), (b"x-note", "café".encode())]
+    upstream = Recorded([(200, reply, [completion])])
+    app = _gateway(tmp_path, upstream)
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hello"}]}'
+    head: Headers = [(b"host", b"gateway.test"), (b"content-type", b"application/json")]
+
+    async def go() -> tuple[int, Headers, bytes]:
+        got = await call(app, "POST", "/v1/chat/completions", head, body)
+        await app.state.gateway.aclose()
+        return got
+
+    status, headers, got = asyncio.run(go())
+    assert (status, got) == (200, completion)
+    assert (b"x-note", "café".encode()) in headers
