@@ -241,7 +241,13 @@ def test_the_chat_routes_reply_headers_keep_their_bytes(tmp_path: Path) -> None:
         b'"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}], '
         b'"usage": {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10}}'
     )
-    reply = [(b"content-type", b"application/json"), (b"x-note", "café".encode())]
+    reply = [
+        (b"content-type", b"application/json"),
+        (b"x-note", "café".encode()),
+        (b"set-cookie", b"a=1"),
+        (b"set-cookie", b"b=2"),
+        (b"x-ctxbudget-tokens", b"1"),  # the gateway's own names are the gateway's to say
+    ]
     upstream = Recorded([(200, reply, [completion])])
     app = _gateway(tmp_path, upstream)
     body = b'{"model": "m", "messages": [{"role": "user", "content": "hello"}]}'
@@ -255,3 +261,8 @@ def test_the_chat_routes_reply_headers_keep_their_bytes(tmp_path: Path) -> None:
     status, headers, got = asyncio.run(go())
     assert (status, got) == (200, completion)
     assert (b"x-note", "café".encode()) in headers
+    # a repeated header comes back as often as it was sent, in its order
+    assert [v for k, v in headers if k == b"set-cookie"] == [b"a=1", b"b=2"]
+    tokens = [v for k, v in headers if k == b"x-ctxbudget-tokens"]
+    assert len(tokens) == 1 and tokens != [b"1"]
+    assert len([k for k, _ in headers if k == b"content-length"]) == 1

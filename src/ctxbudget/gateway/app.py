@@ -304,7 +304,6 @@ class Gateway:
         conversations.sent(conversation, parsed, api.name, chain)
         conversation.last_tokens = result.tokens
         out_headers = {
-            **dict(result.headers),
             "x-ctxbudget-tokens": str(result.tokens),
             "x-ctxbudget-window": str(session.window),
             "x-ctxbudget-compacted": "0" if result.sent.messages is request.messages else "1",
@@ -320,7 +319,7 @@ class Gateway:
             received = await asyncio.to_thread(lambda: session.counter.count(request).total)
         outcome = "compacted" if compacted else "ok"
         if result.stream is not None:
-            return StreamingResponse(
+            streamed = StreamingResponse(
                 self._stream(
                     api,
                     result,
@@ -332,6 +331,7 @@ class Gateway:
                 status_code=result.status,
                 headers=out_headers,
             )
+            return _with_upstream_headers(streamed, result.headers)
         if result.json is not None and result.status < 400:
             usage = api.usage(result.json)
             if usage is not None:
@@ -346,7 +346,8 @@ class Gateway:
             forwarded=result.tokens,
             compacted=compacted,
         )
-        return Response(result.body, status_code=result.status, headers=out_headers)
+        whole = Response(result.body, status_code=result.status, headers=out_headers)
+        return _with_upstream_headers(whole, result.headers)
 
     async def _send(
         self,
@@ -789,6 +790,16 @@ def _overflow(status: int, body: bytes) -> ContextOverflowError | None:
 
 def _too_deep(depth: int) -> str:
     return f"request body nests deeper than {depth} levels; no real request does"
+
+
+def _with_upstream_headers(response: Response, upstream: Sequence[tuple[str, str]]) -> Response:
+    """``response`` with the upstream's headers before its own: each as often as the upstream
+    sent it (two ``Set-Cookie`` stay two; a dict would keep the last), in the upstream's order,
+    except a name ``response`` sets itself (the gateway's ``x-ctxbudget-*``, the body's length)."""
+    own = {name for name, _ in response.raw_headers}
+    passed = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in upstream]
+    response.raw_headers = [(k, v) for k, v in passed if k not in own] + response.raw_headers
+    return response
 
 
 def _error(api: WireApi, status: int, kind: str, message: str) -> Response:
