@@ -106,14 +106,9 @@ def timed(
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Time every counter at each size and write the block of bench/server_count.md."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, help="timed requests a row (default: SIZES)")
-    add_out_argument(parser)
-    args = parser.parse_args(argv)
-    sizes = {tokens: args.requests or runs for tokens, runs in SIZES.items()}
-    where = Path(tempfile.mkdtemp(prefix="ctxbudget-bench-"))
+def measure(where: Path, sizes: dict[int, int]) -> list[str]:
+    """The table's rows: a llama-server on a tiny model in ``where``, each counter timed
+    ``sizes[tokens]`` times at each size."""
     folder = hf_folder_at(FOLDER, where)
     model = write_gguf(folder, where / "smollm3-tiny.gguf", pre="qwen2", seed=3)
     rows = []
@@ -164,6 +159,18 @@ def main(argv: Sequence[str] | None = None) -> None:
                 print(rows[-1], flush=True)
         remote.close()
         two_routes.close()
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Time every counter at each size and write the block of bench/server_count.md."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, help="timed requests a row (default: SIZES)")
+    add_out_argument(parser)
+    args = parser.parse_args(argv)
+    sizes = {tokens: args.requests or runs for tokens, runs in SIZES.items()}
+    with tempfile.TemporaryDirectory(prefix="ctxbudget-bench-") as tmp:  # the model: 45 MB
+        rows = measure(Path(tmp), sizes)
     table = [
         "| tokens (hf:, server) | counter | requests | p50 ms | p99 ms |",
         "|---:|---|---:|---:|---:|",
