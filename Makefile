@@ -48,8 +48,11 @@ test-reliability: $(VENV)/.dev
 test-redis: $(VENV)/.dev
 	$(BIN)/python -m pytest tests -m redis -p no:cacheprovider
 
+# Every fuzz target at 10,000 examples (about an hour on 2 cores); CI runs FUZZ_PROFILE=fuzz-ci,
+# the same targets at 2,000 each (tests/conftest.py).
+FUZZ_PROFILE ?= fuzz
 fuzz: $(VENV)/.dev
-	CTXBUDGET_FUZZ=1 HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests -m fuzz -p no:cacheprovider
+	CTXBUDGET_FUZZ=1 HYPOTHESIS_PROFILE=$(FUZZ_PROFILE) $(BIN)/python -m pytest tests -m fuzz -p no:cacheprovider
 
 bench: $(VENV)/.dev
 	$(BIN)/python -m pip install -q -e '.[bench]'
