@@ -48,7 +48,7 @@ test-reliability: $(VENV)/.dev
 test-redis: $(VENV)/.dev
 	$(BIN)/python -m pytest tests -m redis -p no:cacheprovider
 
-# Every fuzz target at 10,000 examples (about an hour on 2 cores); CI runs FUZZ_PROFILE=fuzz-ci,
+# Every fuzz target at 10,000 examples (43 min on 2 shared cores); CI runs FUZZ_PROFILE=fuzz-ci,
 # the same targets at 2,000 each (tests/conftest.py).
 FUZZ_PROFILE ?= fuzz
 fuzz: $(VENV)/.dev
