@@ -1121,6 +1121,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--direct-only", action="store_true", help="no gateway (harness check)")
     parser.add_argument("--idle", type=int, default=1000, help="conversations for memory; 0: skip")
     parser.add_argument("--no-write", action="store_true", help="do not write bench/gateway.md")
+    parser.add_argument(
+        "--out", type=Path, default=HERE, metavar="DIR", help="write DIR/gateway.md, not bench/'s"
+    )
     args = parser.parse_args(argv)
     if args.command == "upstream":
         serve_upstream(args.port, args.window, args.tokenizer)
@@ -1188,7 +1191,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not args.no_write:
             from blocks import write_block  # bench/blocks.py, beside this script
 
-            write_block(HERE / "gateway.md", "gateway.py", text)
+            write_block(args.out / "gateway.md", "gateway.py", text)
     finally:
         for child in children:
             child.stop()

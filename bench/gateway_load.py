@@ -5,7 +5,7 @@ litellm's proxy and the gateway each forward when a conversation is over the win
 
 Run: PYTHONPATH=$PWD/src .venv/bin/python bench/gateway_load.py [--conversations 200]
      [--steps 20] [--size 32000] [--window 24000] [--instances 2] [--state redis|sqlite]
-     [--shared-archives] [--litellm /path/to/venv/bin/python] [--no-write]
+     [--shared-archives] [--litellm /path/to/venv/bin/python] [--no-write] [--out DIR]
 The instances are started from `GatewayConfig` as `ctxbudget serve` runs them when the CLI
 cannot say what is asked (a redis:// state, an archive folder per instance): see
 bench/gateway.py `SERVE_APP`.
@@ -41,7 +41,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 # The latency bench's harness, beside this file (bench/ is not a package).
-from blocks import write_block  # bench/blocks.py: a script's block of its .md, prose kept
+from blocks import (  # bench/blocks.py: a script's block of its .md, prose kept
+    add_out_argument,
+    write_block,
+)
 from gateway import (
     HEADERS,
     Child,
@@ -194,6 +197,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--litellm", metavar="PYTHON", help="a Python with litellm[proxy]")
     parser.add_argument("--probe-sizes", default="32000,128000")
     parser.add_argument("--no-write", action="store_true")
+    add_out_argument(parser)
     args = parser.parse_args(argv)
     probe_sizes = [int(s) for s in args.probe_sizes.split(",")]
     started = time.time()
@@ -276,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
         print(text)
         if not args.no_write:
-            write_block(Path(__file__).parent / "gateway.md", "gateway_load.py", text)
+            write_block(args.out / "gateway.md", "gateway_load.py", text)
     finally:
         for child in children:
             child.stop()

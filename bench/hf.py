@@ -2,22 +2,27 @@
 new message alone (built-in qwen3 and four hf: folders). Writes bench/hf.md.
 
 Run: PYTHONPATH=src .venv/bin/python bench/hf.py   (needs the dev extra: transformers)
+``--max-size N --repeats R`` (the quick run of ``run_all.py``): histories of at most N tokens
+(each table keeps its smallest size), at most R timed steps a row; ``--out DIR``: the block goes
+to DIR/hf.md.
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
 import itertools
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import counting as counting_bench  # bench/counting.py, beside this script
-from blocks import write_block  # bench/blocks.py, beside this script
+from blocks import add_out_argument, write_block  # bench/blocks.py, beside this script
 from ctxbudget.counting import PerMessage, RequestCount, RequestCounter, count_request
 from ctxbudget.counting.template_input import message_text, template_messages
 from ctxbudget.messages.model import Message, Request, ToolSpec, extends
@@ -47,6 +52,12 @@ READ_FILE = ToolSpec(
 # Timed steps per row (and as many baselines): a ~110-token row times 30-600 us, where the
 # shared machine's noise moves a median of 41 by +-0.05 of the ratio.
 REPEATS = {NEW: 201, LONG: 101, TOOL_RESULT: 41}
+FULL_SIZES = (10_000, 100_000, 500_000)
+"""History tokens of the full-count table."""
+STEP_SIZES = (1_000, 10_000, 100_000, 1_000_000)
+"""History tokens of the step tables (synthetic and real steps)."""
+FLOOR_SIZES = (10_000, 1_000_000)
+"""History tokens of the floor table."""
 
 
 def conversation(tokens: int, per_message: int = 500) -> Request:
@@ -172,7 +183,7 @@ def real_steps(counter: str, base: Request, steps: list[list[Message]]) -> tuple
     )
 
 
-def real_step_rows(counters: dict[str, str]) -> list[str]:
+def real_step_rows(counters: dict[str, str], sizes: Sequence[int]) -> list[str]:
     steps = trace_steps()
     lines = [
         "",
@@ -186,7 +197,7 @@ def real_step_rows(counters: dict[str, str]) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for label, counter in counters.items():
-        for size in (1_000, 10_000, 100_000, 1_000_000):
+        for size in sizes:
             base = conversation(size)
             if "tools" in label:
                 base = replace(base, tools=(READ_FILE,))
@@ -239,7 +250,7 @@ class AppendFloor:
         )
 
 
-def floor_rows(repeat: int = 301) -> list[str]:
+def floor_rows(sizes: Sequence[int], repeat: int = 301) -> list[str]:
     """qwen3's step and AppendFloor's against tokenising alone, taking turns in one loop; each
     timed right after its counter counted a previous request (the history with its last
     message new), from the state a step leaves, as in ``step``."""
@@ -254,7 +265,7 @@ def floor_rows(repeat: int = 301) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     tokenizer = get_tokenizer("qwen3")
-    for size in (10_000, 1_000_000):
+    for size in sizes:
         even = conversation(size)
         for kind, base in (("user turn", even), ("reply", even.with_messages(even.messages[:-1]))):
             role = "assistant" if base.messages[-1].role == "user" else "user"
@@ -295,13 +306,13 @@ def floor_rows(repeat: int = 301) -> list[str]:
     return lines
 
 
-def full_counts(name: str, path: Path, label: str) -> list[str]:
+def full_counts(name: str, path: Path, label: str, sizes: Sequence[int]) -> list[str]:
     """ctxbudget vs transformers on one folder, equal counts asserted."""
     from transformers import AutoTokenizer
 
     hf = AutoTokenizer.from_pretrained(str(path))
     out = []
-    for size in (10_000, 100_000, 500_000):
+    for size in sizes:
         request = conversation(size)
         msgs = template_messages(request)
 
@@ -321,7 +332,23 @@ def full_counts(name: str, path: Path, label: str) -> list[str]:
     return out
 
 
-def main() -> None:
+def up_to(sizes: Sequence[int], largest: int | None) -> list[int]:
+    """``sizes`` of at most ``largest`` tokens, the smallest kept whatever ``largest`` is."""
+    if largest is None:
+        return list(sizes)
+    return [s for s in sizes if s <= largest] or [min(sizes)]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run every table and write the block of bench/hf.md (of ``--out``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--max-size", type=int, metavar="TOKENS", help="leave out histories over TOKENS tokens"
+    )
+    parser.add_argument("--repeats", type=int, help="at most this many timed steps a row")
+    add_out_argument(parser)
+    args = parser.parse_args(argv)
+    repeats = {text: min(n, args.repeats or n) for text, n in REPEATS.items()}
     lines = ["# hf: model folders vs transformers", ""]
     lines += [
         "Command: `PYTHONPATH=src .venv/bin/python bench/hf.py` (transformers 4.57, one run)."
@@ -335,7 +362,7 @@ def main() -> None:
         lines += ["", "| folder | tokens | ctxbudget | transformers | ratio (goal <= 1.0) |"]
         lines.append("|---|---|---|---|---|")
         for label, path in folders.items():
-            lines += full_counts(f"hf:{path}", path, label)
+            lines += full_counts(f"hf:{path}", path, label, up_to(FULL_SIZES, args.max_size))
         lines += ["", "## Step: history + one new message, vs tokenising the new message alone", ""]
         lines += [
             "| counter | appended | history tokens | step | new message alone | step - alone |"
@@ -348,7 +375,7 @@ def main() -> None:
         for label, name in more:
             counters[f"hf:{label} folder + tools"] = f"hf:{hf_folder_at(name, Path(tmp))}"
         for label, counter in counters.items():
-            for size in (1_000, 10_000, 100_000, 1_000_000):
+            for size in up_to(STEP_SIZES, args.max_size):
                 even = conversation(size)
                 if "tools" in label:
                     even = replace(even, tools=(READ_FILE,))
@@ -360,17 +387,19 @@ def main() -> None:
                     ("tool result (~2K tokens)", even, TOOL_RESULT),
                 ]
                 for kind, base, text in cases:
-                    took, alone = step(counter, base, REPEATS[text], text)
+                    took, alone = step(counter, base, repeats[text], text)
                     lines.append(
                         f"| {label} | {kind} | {size:,} | {took * 1e3:.3f} ms |"
                         f" {alone * 1e3:.3f} ms | {(took - alone) * 1e6:+.0f} us |"
                         f" {took / alone:.2f}x |"
                     )
                     print(lines[-1], flush=True)
-        lines += real_step_rows(counters)
-        lines += floor_rows()
+        lines += real_step_rows(counters, up_to(STEP_SIZES, args.max_size))
+        # the floor's loop drops its first 10 turns (warm-up), then times the rest
+        floor_repeat = min(301, 10 + args.repeats) if args.repeats else 301
+        lines += floor_rows(up_to(FLOOR_SIZES, args.max_size), floor_repeat)
     # Its block of bench/hf.md; the title (lines[0]) is the section's heading, outside it.
-    write_block(HERE / "hf.md", "hf.py", "\n".join(lines[1:]))
+    write_block(args.out / "hf.md", "hf.py", "\n".join(lines[1:]))
 
 
 if __name__ == "__main__":

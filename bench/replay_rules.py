@@ -1,6 +1,6 @@
 """Every rule on the repo's recorded sessions: segments, late segments and mean fill at fire.
 
-    PYTHONPATH=src python bench/replay_rules.py
+    PYTHONPATH=src python bench/replay_rules.py [--out DIR]
 
 Sessions: tests/data/traces (real, see SOURCES.md there), replayed as `ctxbudget replay` does,
 cut into segments at the compactions each harness recorded. "unforeseeable" counts late
@@ -13,11 +13,13 @@ have carried the context past the window before the next check.
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blocks import write_block  # bench/blocks.py, beside this script
+from blocks import add_out_argument, write_block  # bench/blocks.py, beside this script
 from ctxbudget.budget.rules import POLICY_NAMES, CtxbudgetPolicy, Policy
 from ctxbudget.replay.analyze import replay_file
 from ctxbudget.replay.replay import fill, learned_before
@@ -184,7 +186,11 @@ def variant_table(runs: list[tuple[dict[str, Any], Rows]]) -> list[str]:
     return out
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    """Replay every rule and write the block of bench/replay_rules.md (of ``--out``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_out_argument(parser)
+    args = parser.parse_args(argv)
     runs = [(params, run(params)) for params in VARIANTS]
     (base, sessions) = runs[0][1]
     lines = [
@@ -250,7 +256,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     # Its block of bench/replay_rules.md; the title (lines[0]) is the section's heading,
     # outside it.
-    write_block(Path(__file__).parent / "replay_rules.md", "replay_rules.py", "\n".join(lines[1:]))
+    write_block(args.out / "replay_rules.md", "replay_rules.py", "\n".join(lines[1:]))
     print(text)
 
 

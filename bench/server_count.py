@@ -4,20 +4,23 @@ folder, side by side in one run, per request at ~1K and ~8K tokens. Writes bench
 
 Run (after scripts/build_llama_server.sh, which make test-server runs):
     PYTHONPATH=$PWD/src .venv/bin/python bench/server_count.py
-CTXBUDGET_LLAMA_CACHE picks the built server as the server tier does.
+CTXBUDGET_LLAMA_CACHE picks the built server as the server tier does. ``--requests N``: N timed
+requests a row (the quick run of ``run_all.py``); ``--out DIR``: the block goes to
+DIR/server_count.md.
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from blocks import write_block  # bench/blocks.py, beside this script
+from blocks import add_out_argument, write_block  # bench/blocks.py, beside this script
 from ctxbudget.counting import RequestCounter
 from ctxbudget.messages.model import Message, Request, ToolSpec
 from ctxbudget.providers.llamacpp_count import LlamaCppCounter
@@ -103,8 +106,9 @@ def timed(
     return out
 
 
-def main() -> None:
-    where = Path(tempfile.mkdtemp(prefix="ctxbudget-bench-"))
+def measure(where: Path, sizes: dict[int, int]) -> list[str]:
+    """The table's rows: a llama-server on a tiny model in ``where``, each counter timed
+    ``sizes[tokens]`` times at each size."""
     folder = hf_folder_at(FOLDER, where)
     model = write_gguf(folder, where / "smollm3-tiny.gguf", pre="qwen2", seed=3)
     rows = []
@@ -115,7 +119,7 @@ def main() -> None:
         local.count(conversation(1_000))  # load the tokenizer and compile the template
         remote.count_tokens(conversation(1_000))  # open the connections
         two_routes.count_tokens(conversation(1_000))
-        for tokens, runs in SIZES.items():
+        for tokens, runs in sizes.items():
             sample = conversation(tokens)
             size = local.count(sample).total
             served = remote.count_tokens(sample)
@@ -155,12 +159,24 @@ def main() -> None:
                 print(rows[-1], flush=True)
         remote.close()
         two_routes.close()
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Time every counter at each size and write the block of bench/server_count.md."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, help="timed requests a row (default: SIZES)")
+    add_out_argument(parser)
+    args = parser.parse_args(argv)
+    sizes = {tokens: args.requests or runs for tokens, runs in SIZES.items()}
+    with tempfile.TemporaryDirectory(prefix="ctxbudget-bench-") as tmp:  # the model: 45 MB
+        rows = measure(Path(tmp), sizes)
     table = [
         "| tokens (hf:, server) | counter | requests | p50 ms | p99 ms |",
         "|---:|---|---:|---:|---:|",
         *rows,
     ]
-    write_block(HERE / "server_count.md", "server_count.py", "\n".join(table))
+    write_block(args.out / "server_count.md", "server_count.py", "\n".join(table))
 
 
 if __name__ == "__main__":
