@@ -52,7 +52,7 @@ test-redis: $(VENV)/.dev
 # the same targets at 2,000 each (tests/conftest.py).
 FUZZ_PROFILE ?= fuzz
 fuzz: $(VENV)/.dev
-	CTXBUDGET_FUZZ=1 HYPOTHESIS_PROFILE=$(FUZZ_PROFILE) $(BIN)/python -m pytest tests -m fuzz -p no:cacheprovider
+	HYPOTHESIS_PROFILE=$(FUZZ_PROFILE) $(BIN)/python -m pytest tests -m fuzz -p no:cacheprovider
 
 bench: $(VENV)/.dev
 	$(BIN)/python -m pip install -q -e '.[bench]'

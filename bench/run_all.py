@@ -64,6 +64,7 @@ BENCHES: dict[str, Bench] = {
         ),
         blocks=(("gateway.md", "gateway.py"),),
     ),
+    "gateway_steps.py": Bench(quick=flags("--sizes 2000 --conversations 1 --steps 3")),
     "gateway_load.py": Bench(
         quick=flags("--conversations 4 --steps 3 --size 8000 --window 6000 --probe-sizes 8000"),
         blocks=(("gateway.md", "gateway_load.py"),),

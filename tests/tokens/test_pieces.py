@@ -48,6 +48,7 @@ def test_real_folders_are_cut_by_the_proven_rule(hf_tokenizers: list[ExactTokeni
         assert tokenizer.cut_rule is cuts_between_pieces, tokenizer.name
 
 
+@pytest.mark.fuzz  # make fuzz: 10,000 examples, as the README's limits table says
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(text=texts)
 def test_cut_sum_is_the_whole_count(
