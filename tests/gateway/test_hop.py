@@ -266,3 +266,39 @@ def test_the_chat_routes_reply_headers_keep_their_bytes(tmp_path: Path) -> None:
     tokens = [v for k, v in headers if k == b"x-ctxbudget-tokens"]
     assert len(tokens) == 1 and tokens != [b"1"]
     assert len([k for k, _ in headers if k == b"content-length"]) == 1
+
+
+def test_a_user_and_password_in_the_upstream_url_are_sent_as_basic_auth(tmp_path: Path) -> None:
+    # httpx's client sent them; the gateway's own hop must too (a proxy behind basic auth),
+    # and never in the Host header. A configured upstream key is the one credential sent.
+    import base64
+
+    def upstream_app() -> Recorded:
+        return Recorded([(200, [(b"content-type", b"application/json")], [b"{}"])])
+
+    expected = b"Basic " + base64.b64encode(b"me:p@ss")
+    plain: Headers = [(b"host", b"gateway.test")]
+
+    async def go(app: Any) -> None:
+        await call(app, "GET", "/v1/models", plain)
+        await app.state.gateway.aclose()
+
+    via_transport = upstream_app()
+    settings = {"upstream": "http://me:p%40ss@upstream.test/v1", "window": 4096}
+    app = create_app(config(tmp_path, **settings), transport=httpx.ASGITransport(app=via_transport))
+    asyncio.run(go(app))
+    with loopback(pooled := upstream_app()) as url:
+        host = url.split("://", 1)[1]
+        asyncio.run(go(_gateway(tmp_path, pooled, upstream=f"http://me:p%40ss@{host}/v1")))
+    for recorded in (via_transport, pooled):
+        [(_, _, _, headers, _)] = recorded.requests
+        assert (b"authorization", expected) in headers
+        assert not any(b"me" in v for k, v in headers if k == b"host")
+    keyed = upstream_app()
+    app = create_app(
+        config(tmp_path, upstream_key="sk-up", **settings),
+        transport=httpx.ASGITransport(app=keyed),
+    )
+    asyncio.run(go(app))
+    [(_, _, _, headers, _)] = keyed.requests
+    assert [v for k, v in headers if k == b"authorization"] == [b"Bearer sk-up"]

@@ -29,6 +29,7 @@ is the gateway's and is never forwarded. The key is held in this object only, ne
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from collections.abc import (
     AsyncIterable,
@@ -215,6 +216,9 @@ class _Target:
     url: httpx.URL
     core: httpcore.URL
     netloc: bytes
+    basic: str | None
+    """``Authorization: Basic`` for a user and password in the URL (``http://u:p@host``, as
+    httpx's client sends it), else None."""
 
 
 class Upstream:
@@ -295,6 +299,9 @@ class Upstream:
         seconds = self.config.request_timeout if timeout is None else timeout
         deadline = time.monotonic() + seconds
         target = self._target(self.url(path) + (f"?{query}" if query else ""))
+        if target.basic is not None and "authorization" not in headers:
+            # The URL's user and password, unless a key is sent (`--upstream-key-env` wins).
+            headers = {**headers, "authorization": target.basic}
         cap = self.config.max_reply_bytes if max_bytes is None else max_bytes
         try:
             async with asyncio.timeout(seconds):
@@ -415,7 +422,11 @@ class Upstream:
                 port=parsed.port,
                 target=parsed.raw_path,
             )
-            target = self._urls[url] = _Target(parsed, core, parsed.netloc)
+            basic = None
+            if parsed.username or parsed.password:
+                pair = f"{parsed.username}:{parsed.password}".encode()
+                basic = "Basic " + base64.b64encode(pair).decode("ascii")
+            target = self._urls[url] = _Target(parsed, core, parsed.netloc, basic)
         return target
 
     def shown(self) -> str:
