@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import os
 import shutil
 import socket
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -32,6 +35,29 @@ DATA = REPO / "tests" / "data"
 # Under CTXBUDGET_REQUIRE_BROWSER=1 (.ci/run sets it) a missing Chromium fails the browser tests;
 # elsewhere they are skipped with this one reason.
 BROWSER_PACKAGES = "chromium chromium-driver"
+
+
+def load_bench(name: str) -> ModuleType:
+    """bench/NAME.py as a module, for tests of the benchmarks themselves. It is registered in
+    ``sys.modules`` (dataclasses look their module up there) and bench/ is on ``sys.path`` while
+    it loads (the scripts import their helpers, blocks.py and collect.py, from beside them)."""
+    bench = REPO / "bench"
+    spec = importlib.util.spec_from_file_location(f"ctxbudget_bench_{name}", bench / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    sys.path.insert(0, str(bench))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(bench))
+    return module
+
+
+@pytest.fixture(scope="module")
+def blocks() -> ModuleType:
+    """bench/blocks.py, the benchmarks' block writer."""
+    return load_bench("blocks")
 
 
 def data_file(*parts: str) -> Path:

@@ -3,35 +3,18 @@ their own blocks of those files (bench/blocks.py). No benchmark runs here."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.conftest import load_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        f"ctxbudget_bench_{name}", ROOT / "bench" / f"{name}.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def collect() -> ModuleType:
-    return _load("collect")
-
-
-@pytest.fixture(scope="module")
-def blocks() -> ModuleType:
-    return _load("blocks")
+    return load_bench("collect")
 
 
 def test_benchmarks_md_is_what_collect_builds_from_bench_md(collect: ModuleType) -> None:

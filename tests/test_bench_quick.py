@@ -5,41 +5,21 @@ No benchmark runs here: a stand-in runner plays the scripts."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.conftest import load_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 
 
-def _load(name: str) -> ModuleType:
-    """bench/NAME.py as a module (bench/ is on sys.path only while it loads: its imports)."""
-    spec = importlib.util.spec_from_file_location(f"ctxbudget_bench_{name}", BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
-
-
 @pytest.fixture(scope="module")
 def run_all() -> ModuleType:
-    return _load("run_all")
-
-
-@pytest.fixture(scope="module")
-def blocks() -> ModuleType:
-    return _load("blocks")
+    return load_bench("run_all")
 
 
 def _out_dir(cmd: list[str]) -> Path | None:

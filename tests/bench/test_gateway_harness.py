@@ -5,14 +5,13 @@ as httpx does; the conversations it builds are counted right."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import orjson
 import pytest
+from tests.conftest import load_bench
 
 from ctxbudget.compaction.summarizer import SUMMARIZER_SYSTEM
 from ctxbudget.counting import count_request
@@ -23,12 +22,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "gateway.py"
 
 @pytest.fixture(scope="module")
 def gw() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ctxbudget_bench_gateway", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("gateway")
 
 
 @pytest.fixture(scope="module")

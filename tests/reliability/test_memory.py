@@ -6,12 +6,11 @@ not its parent's pages); the benchmark runs the same at 1 GB / 500 MB (bench/mem
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.conftest import load_bench
 
 MB = 2**20
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "memory.py"
@@ -19,12 +18,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "memory.py"
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ctxbudget_bench_memory", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("memory")
 
 
 def growth_mb(bench: ModuleType, args: list[str], tiny: Path, big: Path) -> float:
